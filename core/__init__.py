@@ -1,0 +1,82 @@
+"""compactor: rule-first context compression for LLM agents, with provenance.
+
+    >>> import compactor
+    >>> text = compactor.compress(long_text, query="what failed?", budget=300)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from compactor.components import Component, Param, ScoreSet
+from compactor.document import (
+    Budget,
+    Chunk,
+    Context,
+    Fact,
+    Message,
+    Segment,
+    Source,
+    StepReport,
+    TranscriptSegment,
+)
+from compactor.errors import (
+    CompactorError,
+    ConfigError,
+    FidelityError,
+    InputError,
+    PluginError,
+    StageError,
+)
+from compactor.hookspecs import hookimpl, hookspec
+from compactor.pipeline import Pipeline
+from compactor.run import Run
+from compactor.tokens import TokenCounter, get_counter
+
+__version__ = "0.1.0"
+
+
+def compress(
+    text: str | Source | Iterable[Source],
+    *,
+    query: str | None = None,
+    budget: int | None = None,
+    pipeline: str = "generic",
+    output_format: str | None = None,
+    plugins: Iterable[Any] = (),
+) -> str:
+    """Compress text to `budget` tokens with a shipped pipeline (by name) or a pipeline file."""
+    return Pipeline.from_yaml(pipeline, plugins=plugins).run(
+        text, query=query, budget=budget, output_format=output_format
+    ).output or ""
+
+
+__all__ = [
+    "Budget",
+    "Chunk",
+    "CompactorError",
+    "Component",
+    "ConfigError",
+    "Context",
+    "Fact",
+    "FidelityError",
+    "InputError",
+    "Message",
+    "Param",
+    "Pipeline",
+    "PluginError",
+    "Run",
+    "ScoreSet",
+    "Segment",
+    "Source",
+    "StageError",
+    "StepReport",
+    "TokenCounter",
+    "TranscriptSegment",
+    "__version__",
+    "compress",
+    "get_counter",
+    "hookimpl",
+    "hookspec",
+]

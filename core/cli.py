@@ -1,0 +1,162 @@
+"""`compactor-run`: run a pipeline file on inputs from the command line.
+
+Exit codes: 0 ok, 1 pipeline failure or quality gate, 2 usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from compactor.document import Context
+from compactor.errors import CompactorError, ConfigError
+from compactor.inputs import read_paths
+from compactor.pipeline import Pipeline
+from compactor.registry import build_registry
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="compactor-run",
+        description="Compress context for LLM agents with a declarative pipeline.",
+    )
+    parser.add_argument("pipeline", nargs="?", help="pipeline YAML file, or a shipped pipeline name")
+    parser.add_argument("inputs", nargs="*", help="files, directories or - for stdin (default: -)")
+    parser.add_argument("-q", "--query", help="what the compressed context must answer")
+    parser.add_argument("-b", "--budget", type=int, metavar="TOKENS", help="token budget")
+    parser.add_argument("-f", "--format", choices=("text", "markdown", "json"),
+                        help="output format (json carries provenance)")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write here (atomically), not stdout")
+    parser.add_argument("--report", metavar="FILE", help="write the step reports as JSON")
+    parser.add_argument("--check", action="store_true", help="validate the pipeline file and exit")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the resolved pipeline with defaults and exit")
+    parser.add_argument("--list-plugins", action="store_true",
+                        help="list every component with its stage, version and parameters")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--quiet", action="store_true", help="no progress or summary on stderr")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return _main(args)
+    except CompactorError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"compactor-run: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("compactor-run: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"compactor-run: internal error: {type(exc).__name__}: {exc} "
+              "(run with --debug for the traceback)", file=sys.stderr)
+        return 1
+
+
+def _main(args: argparse.Namespace) -> int:
+    if args.list_plugins:
+        print(list_plugins())
+        return 0
+    if not args.pipeline:
+        raise ConfigError("a pipeline file is required (or --list-plugins); "
+                          "try `compactor-run generic page.html --budget 500`")
+    pipeline = Pipeline.from_yaml(args.pipeline)
+    if args.check:
+        steps = len(pipeline.spec.steps)
+        print(f"{args.pipeline}: ok ({steps} step{'s' if steps != 1 else ''})")
+        return 0
+    if args.print_config:
+        sys.stdout.write(pipeline.print_config())
+        return 0
+    if args.budget is not None and args.budget <= 0:
+        raise ConfigError("--budget must be a positive number of tokens")
+    sources = read_paths(args.inputs or ["-"])
+    progress = _progress_printer(sys.stderr) if not args.quiet and sys.stderr.isatty() else None
+    context = pipeline.run(sources, query=args.query, budget=args.budget,
+                           output_format=args.format, progress=progress)
+    fmt = args.format or pipeline.spec.output["format"]
+    text = context.output or ""
+    if fmt != "json" and not text.endswith("\n"):
+        text += "\n"
+    if args.output:
+        write_atomic(Path(args.output), text)
+    else:
+        sys.stdout.write(text)
+    if args.report:
+        write_atomic(Path(args.report), json.dumps(report_dict(context), indent=2,
+                                                   ensure_ascii=False) + "\n")
+    return 0
+
+
+def report_dict(context: Context) -> dict[str, object]:
+    """The step reports of a run, as JSON-ready data."""
+    return {
+        "input_tokens": context.meta.get("input_tokens"),
+        "output_tokens": context.output_tokens,
+        "budget": context.resolved_budget(),
+        "steps": [
+            {"step": r.step, "stage": r.stage, "tokens_in": r.tokens_in,
+             "tokens_out": r.tokens_out, "seconds": round(r.seconds, 6), "skipped": r.skipped,
+             "details": dict(r.details), "warnings": list(r.warnings)}
+            for r in context.reports
+        ],
+    }
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file in the same folder and rename: never a half-written file."""
+    path = path.resolve()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _progress_printer(stream: TextIO):  # type: ignore[no-untyped-def]
+    def show(done: int, total: int, label: str) -> None:
+        width = 24
+        filled = int(width * done / max(total, 1))
+        end = "\n" if done >= total else ""
+        stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label:<30}{end}")
+        stream.flush()
+
+    return show
+
+
+def list_plugins() -> str:
+    """One block per component: name, stage, version, distribution, parameters."""
+    registry = build_registry()
+    lines = []
+    for name in sorted(registry.components):
+        info = registry.components[name]
+        params = ", ".join(str(p) for p in info.cls.parameters()) or "-"
+        doc = (info.cls.__doc__ or "").strip().splitlines()
+        lines.append(f"{name}  [{info.stage}]  v{info.cls.version}  "
+                     f"from {info.distribution} {info.dist_version}")
+        if doc:
+            lines.append(f"    {doc[0]}")
+        lines.append(f"    parameters: {params}")
+    for broken in registry.broken:
+        lines.append(f"BROKEN {broken}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,158 @@
+"""`when:` conditions: a small, safe expression language (parsed with `ast`, never `eval`ed).
+
+Grammar: literals (numbers, 'strings', true/false/null), names and dotted names
+(`tokens`, `validate.loss.level`), comparisons (== != < <= > >= in, not in), `and`, `or`, `not`,
++ - * / and parentheses, lists of literals. Example: `tokens > 45000 * 0.8`.
+A name whose value is missing at run time is null; comparing null with a number is false.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+_COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], bool]] = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+}
+_ARITH: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+}
+_CONSTANT_NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False,
+                   "None": None}
+
+
+class ConditionError(ValueError):
+    """The expression is outside the grammar; the message says which part."""
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """A parsed `when:` expression."""
+
+    source: str
+    tree: ast.Expression
+    names: tuple[str, ...]
+
+    def evaluate(self, lookup: Callable[[str], Any]) -> bool:
+        """Truth value, with `lookup(dotted_name)` providing the values of names."""
+        return bool(_eval(self.tree.body, lookup))
+
+
+def parse_condition(source: str) -> Condition:
+    """Parse and check an expression; ConditionError says what is not allowed."""
+    try:
+        tree = ast.parse(source.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ConditionError(f"cannot parse condition {source!r}: {exc.msg}") from None
+    names: list[str] = []
+    _check(tree.body, names)
+    return Condition(source, tree, tuple(dict.fromkeys(names)))
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def _check(node: ast.expr, names: list[str]) -> None:
+    if isinstance(node, ast.Constant):
+        if not isinstance(node.value, str | int | float | bool) and node.value is not None:
+            raise ConditionError(f"literal {node.value!r} is not allowed")
+        return
+    if isinstance(node, ast.Name | ast.Attribute):
+        dotted = _dotted(node)
+        if dotted is None:
+            raise ConditionError("only plain dotted names are allowed")
+        if dotted not in _CONSTANT_NAMES:
+            names.append(dotted)
+        return
+    children: list[ast.expr]
+    if isinstance(node, ast.BoolOp):
+        children = list(node.values)
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not | ast.USub | ast.UAdd):
+        children = [node.operand]
+    elif isinstance(node, ast.Compare) and all(type(op) in _COMPARE for op in node.ops):
+        children = [node.left, *node.comparators]
+    elif isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
+        children = [node.left, node.right]
+    elif isinstance(node, ast.List | ast.Tuple):
+        children = list(node.elts)
+    else:
+        raise ConditionError(f"{ast.unparse(node)!r} is not allowed in a condition")
+    for child in children:
+        _check(child, names)
+
+
+def _eval(node: ast.expr, lookup: Callable[[str], Any]) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name | ast.Attribute):
+        dotted = _dotted(node) or ""
+        return _CONSTANT_NAMES[dotted] if dotted in _CONSTANT_NAMES else lookup(dotted)
+    if isinstance(node, ast.BoolOp):
+        values = (_eval(v, lookup) for v in node.values)
+        return all(values) if isinstance(node.op, ast.And) else any(values)
+    if isinstance(node, ast.UnaryOp):
+        value = _eval(node.operand, lookup)
+        if isinstance(node.op, ast.Not):
+            return not value
+        return _safe(lambda: -value if isinstance(node.op, ast.USub) else +value)
+    if isinstance(node, ast.Compare):
+        left = _eval(node.left, lookup)
+        for op, right_node in zip(node.ops, node.comparators, strict=True):
+            right = _eval(right_node, lookup)
+            compare = _COMPARE[type(op)]
+            if not _safe(lambda a=left, b=right, f=compare: f(a, b)):
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.BinOp):
+        left, right = _eval(node.left, lookup), _eval(node.right, lookup)
+        return _safe(lambda: _ARITH[type(node.op)](left, right))
+    if isinstance(node, ast.List | ast.Tuple):
+        return [_eval(e, lookup) for e in node.elts]
+    raise ConditionError(f"unexpected {ast.unparse(node)!r}")  # unreachable after _check
+
+
+def _safe(compute: Callable[[], Any]) -> Any:
+    """Type mismatches (null > 3, 'a' * 'b') evaluate to null instead of raising."""
+    try:
+        return compute()
+    except (TypeError, ZeroDivisionError):
+        return None
+
+
+def namespace_lookup(values: Mapping[str, Any]) -> Callable[[str], Any]:
+    """A lookup over flat names plus nested component reports (`validate.loss.level`)."""
+
+    def lookup(dotted: str) -> Any:
+        if dotted in values:
+            return values[dotted]
+        parts = dotted.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            head = ".".join(parts[:cut])
+            if head in values:
+                value: Any = values[head]
+                for part in parts[cut:]:
+                    value = value.get(part) if isinstance(value, Mapping) else None
+                return value
+        return None
+
+    return lookup

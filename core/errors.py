@@ -1,0 +1,79 @@
+"""One exception tree for everything compactor raises on purpose.
+
+    CompactorError
+    ├── ConfigError        a pipeline file or option is wrong (exit code 2)
+    ├── InputError         an input file or stream cannot be read (exit code 2)
+    ├── PluginError        a plugin failed to load or a component is unknown
+    ├── StageError         a component failed while running a step (exit code 1)
+    └── FidelityError      kept content does not trace back to original chunks
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class CompactorError(Exception):
+    """Base class: a user-facing failure with a message worth printing as is."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One located problem in a configuration file."""
+
+    message: str
+    file: str = "<string>"
+    line: int | None = None
+    column: int | None = None
+    field: str | None = None
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        field = f" {self.field}:" if self.field else ""
+        return f"{where}:{field} {self.message}"
+
+
+class ConfigError(CompactorError):
+    """Pipeline configuration problems, all of them at once."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[Problem] | Problem | str) -> None:
+        if isinstance(problems, str):
+            problems = [Problem(problems)]
+        elif isinstance(problems, Problem):
+            problems = [problems]
+        self.problems = list(problems)
+        count = len(self.problems)
+        head = "" if count == 1 else f"{count} problems in pipeline configuration:\n"
+        super().__init__(head + "\n".join(str(p) for p in self.problems))
+
+
+class InputError(CompactorError):
+    """An input cannot be read or has no usable text."""
+
+    exit_code = 2
+
+
+class PluginError(CompactorError):
+    """A plugin could not be loaded, or a component name is unknown or taken."""
+
+    exit_code = 2
+
+
+class StageError(CompactorError):
+    """A component raised while running its step."""
+
+    exit_code = 1
+
+
+class FidelityError(CompactorError):
+    """Kept content cannot be traced back to original chunks."""
+
+    exit_code = 1

@@ -1,0 +1,101 @@
+"""The hooks a compactor plugin can implement, one per pipeline stage.
+
+Every stage hook is called with keyword arguments `context` (the immutable `Context` so far) and `run`
+(the `Run` journal: token counter, step details, warnings). A pipeline step calls its stage hook on
+only the components that step names, so an implementation never sees other steps' calls.
+
+How results combine, by stage:
+- clean, chunk, compress, fallback, render: one component per step, first non-None result wins.
+- classify, score, validate: every component named by the step contributes; the pipeline merges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from compactor.components import Component, ScoreSet
+    from compactor.document import Context
+    from compactor.run import Run
+
+PROJECT = "compactor"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def compactor_register_components(register: Callable[[type[Component]], None]) -> None:
+    """Offer component classes: call `register(ComponentClass)` once per class.
+
+    Called once per plugin manager, after every plugin module is loaded. The host validates each
+    class (name, stage, parameters, stage hook) and remembers which distribution offered it.
+    """
+
+
+@hookspec(firstresult=True)
+def compactor_clean(context: Context, run: Run) -> Context | None:
+    """Return the context with cleaned `sources` (new `text`, same ids). Stops at first result."""
+
+
+@hookspec(firstresult=True)
+def compactor_chunk(context: Context, run: Run) -> Context | None:
+    """Return the context with `chunks` cut from every source's `text`, each with its exact
+    token count and character offsets. Stops at first non-None result."""
+
+
+@hookspec
+def compactor_classify(context: Context, run: Run) -> Mapping[str, Mapping[str, Any]] | None:
+    """Return labels per chunk id (e.g. `{"type": "error_information", "confidence": 0.8}`).
+
+    Every component of the step contributes; labels are merged into `Chunk.labels`.
+    """
+
+
+@hookspec
+def compactor_score(context: Context, run: Run) -> ScoreSet | None:
+    """Return a `ScoreSet`: a score in [0, 1] per chunk id and the features behind it.
+
+    Every component of the step contributes; the step combines them with its `weights`.
+    """
+
+
+@hookspec(firstresult=True)
+def compactor_compress(context: Context, run: Run) -> Context | None:
+    """Return the context with the kept content as `segments` (and `facts`), within the budget.
+
+    Everything kept must carry the chunk ids it derives from. Stops at first non-None result.
+    """
+
+
+@hookspec
+def compactor_validate(context: Context, run: Run) -> Mapping[str, Any] | None:
+    """Return a report (e.g. `{"level": "minimal", "retention": 0.93, "passed": True}`).
+
+    Every component of the step contributes; reports are visible to later `when:` conditions as
+    `<component name>.<key>`.
+    """
+
+
+@hookspec(firstresult=True)
+def compactor_fallback(context: Context, run: Run) -> Context | None:
+    """Return an improved context, or None to decline (the rule output is kept)."""
+
+
+@hookspec(firstresult=True)
+def compactor_render(context: Context, run: Run) -> str | None:
+    """Return the final text for the model, within the context's budget."""
+
+
+STAGE_HOOKS: dict[str, str] = {
+    "clean": "compactor_clean",
+    "chunk": "compactor_chunk",
+    "classify": "compactor_classify",
+    "score": "compactor_score",
+    "compress": "compactor_compress",
+    "validate": "compactor_validate",
+    "fallback": "compactor_fallback",
+    "render": "compactor_render",
+}

@@ -1,0 +1,284 @@
+"""Running a resolved pipeline: one plugin manager per pipeline, one subset caller per component."""
+
+from __future__ import annotations
+
+import importlib.resources
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from compactor.components import Component, ScoreSet
+from compactor.conditions import namespace_lookup
+from compactor.config import PipelineSpec, StepSpec, load_spec
+from compactor.document import Budget, Context, Source, StepReport, frozen_mapping
+from compactor.errors import CompactorError, ConfigError, InputError, Problem, StageError
+from compactor.hookspecs import STAGE_HOOKS
+from compactor.observe import StepObserver, with_counts
+from compactor.registry import Registry, build_registry
+from compactor.run import Run, StepRecord
+from compactor.tokens import TokenCounter, get_counter
+
+Progress = Callable[[int, int, str], None]
+SHIPPED_PACKAGE = "compactor.pipelines"
+
+
+def shipped_pipelines() -> list[str]:
+    """Names of the pipelines that ship inside the package."""
+    folder = importlib.resources.files(SHIPPED_PACKAGE)
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def read_pipeline_text(name_or_path: str | os.PathLike[str]) -> tuple[str, str]:
+    """(text, file label) of a pipeline file path, or of a shipped pipeline by name."""
+    path = Path(name_or_path)
+    if path.is_file():
+        try:
+            return path.read_text(encoding="utf-8"), str(name_or_path)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(Problem(f"cannot read pipeline file: {exc}", str(name_or_path))) from None
+    name = str(name_or_path)
+    if os.sep not in name and "/" not in name:
+        stem = name[:-5] if name.endswith(".yaml") else name
+        resource = importlib.resources.files(SHIPPED_PACKAGE).joinpath(f"{stem}.yaml")
+        if resource.is_file():
+            return resource.read_text(encoding="utf-8"), f"{stem}.yaml (shipped)"
+    raise ConfigError(Problem(f"no such pipeline file. Shipped pipelines: "
+                              f"{', '.join(shipped_pipelines())}", name))
+
+
+class Pipeline:
+    """A validated pipeline bound to its own plugin manager, ready to run many times."""
+
+    def __init__(self, spec: PipelineSpec, registry: Registry) -> None:
+        self.spec = spec
+        self.registry = registry
+        self.counter: TokenCounter = get_counter(spec.tokenizer)
+        pm = registry.pm
+        pm.register(StepObserver(), name="compactor.observer")
+        self._instances: list[tuple[StepSpec, str, Component]] = []
+        for step in spec.steps:
+            for info, params in step.components:
+                try:
+                    instance = info.cls(**params)
+                except Exception as exc:
+                    raise ConfigError(Problem(f"{info.name}: {exc}", spec.file,
+                                              field=f"steps[{step.index}].with")) from None
+                pm.register(instance, name=f"step{step.index}:{info.name}")
+                self._instances.append((step, info.name, instance))
+        self._renderers: dict[str, Component] = {}
+
+    @classmethod
+    def from_yaml(
+        cls, name_or_path: str | os.PathLike[str], *, plugins: Iterable[Any] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> Pipeline:
+        """Load a pipeline file (or a shipped pipeline by name, e.g. "generic")."""
+        text, file = read_pipeline_text(name_or_path)
+        return cls.from_string(text, file=file, plugins=plugins, env=env)
+
+    @classmethod
+    def from_string(
+        cls, text: str, *, file: str = "<string>", plugins: Iterable[Any] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> Pipeline:
+        """Load a pipeline from YAML text; `file` names it in error messages."""
+        registry = build_registry(plugins=plugins, env=env)
+        return cls(load_spec(text, file, registry, env), registry)
+
+    def print_config(self) -> str:
+        """The resolved configuration with every default, as YAML."""
+        import yaml
+
+        return yaml.safe_dump(self.spec.to_dict(), sort_keys=False, allow_unicode=True)
+
+    # -- running ---------------------------------------------------------------------------
+
+    def _caller(self, stage: str, keep: Component) -> Callable[..., Any]:
+        others = [inst for _, _, inst in self._instances if inst is not keep]
+        others += [r for r in self._renderers.values() if r is not keep]
+        return self.registry.pm.subset_hook_caller(STAGE_HOOKS[stage], remove_plugins=others)
+
+    def _renderer(self, fmt: str) -> Component:
+        if fmt not in self._renderers:
+            info = self.registry.get(f"render.{fmt}")
+            renderer = info.cls()
+            self.registry.pm.register(renderer, name=f"default-render:{fmt}")
+            self._renderers[fmt] = renderer
+        return self._renderers[fmt]
+
+    def run(
+        self,
+        inputs: str | Source | Iterable[Source] | Context,
+        *,
+        query: str | None = None,
+        budget: int | Budget | None = None,
+        output_format: str | None = None,
+        progress: Progress | None = None,
+    ) -> Context:
+        """Run every step on `inputs` and return the final context (`.output` is the text)."""
+        context = self._initial(inputs, query, budget)
+        fmt = output_format or self.spec.output["format"]
+        run = Run(counter=self.counter, pipeline=self.spec.name,
+                  settings={"llm": self.spec.llm, "store": self.spec.store,
+                            "output": {**self.spec.output, "format": fmt}})
+        context = with_counts(context, run)
+        steps = list(self.spec.steps)
+        explicit_render = any(s.stage == "render" for s in steps)
+        total = len(steps) + (0 if explicit_render else 1)
+        for position, step in enumerate(steps):
+            if progress:
+                progress(position, total, step.label)
+            context = self._run_step(step, context, run)
+        if not explicit_render or output_format:
+            if progress:
+                progress(total - 1, total, f"render.{fmt}")
+            render_step = StepSpec(len(steps), f"render.{fmt}", "render", ())
+            context = self._run_step(render_step, context, run, override=self._renderer(fmt))
+        if progress:
+            progress(total, total, "done")
+        limit = context.resolved_budget()
+        renderer_budgeted = context.meta.get("render_budgeted", True)
+        if (limit is not None and renderer_budgeted and context.output_tokens is not None
+                and context.output_tokens > limit):
+            raise StageError(f"{context.reports[-1].step} wrote {context.output_tokens} tokens, "
+                             f"over the budget of {limit}")
+        return context
+
+    def _initial(
+        self, inputs: str | Source | Iterable[Source] | Context, query: str | None,
+        budget: int | Budget | None,
+    ) -> Context:
+        if isinstance(inputs, Context):
+            context = inputs
+        else:
+            if isinstance(inputs, str):
+                sources: tuple[Source, ...] = (Source.from_text(inputs),)
+            elif isinstance(inputs, Source):
+                sources = (inputs,)
+            else:
+                sources = tuple(inputs)
+            if not sources or all(not s.text.strip() for s in sources):
+                raise InputError("the input is empty: there is no text to compress")
+            context = Context(sources=sources, query=self.spec.query, budget=self.spec.budget)
+        if query is not None:
+            context = context.evolve(query=query)
+        if isinstance(budget, int):
+            context = context.evolve(budget=Budget(max_tokens=budget))
+        elif isinstance(budget, Budget):
+            context = context.evolve(budget=budget)
+        return context
+
+    def _lookup(self, context: Context, run: Run) -> Callable[[str], Any]:
+        values: dict[str, Any] = {
+            "tokens": context.tokens,
+            "input_tokens": context.meta.get("input_tokens", context.tokens),
+            "budget": context.resolved_budget(),
+            "chunks": len(context.chunks),
+            "sources": len(context.sources),
+            "segments": len(context.segments),
+            "query": context.query,
+        }
+        values.update(run.results)
+        return namespace_lookup(values)
+
+    def _run_step(
+        self, step: StepSpec, context: Context, run: Run, override: Component | None = None,
+    ) -> Context:
+        if step.stage != "clean" and "input_tokens" not in context.meta:
+            context = context.evolve(meta=frozen_mapping({**context.meta,
+                                                          "input_tokens": context.tokens}))
+        record = StepRecord(step.index, step.label, step.stage)
+        run.step = record
+        if step.when is not None and not step.when.evaluate(self._lookup(context, run)):
+            report = StepReport(step.index, step.label, step.stage, context.tokens, context.tokens,
+                                0.0, skipped=True, details={"when": step.when.source})
+            return context.evolve(reports=(*context.reports, report))
+        components = ([(override.name, override)] if override is not None else
+                      [(name, inst) for s, name, inst in self._instances if s is step])
+        try:
+            for name, instance in components:
+                context = self._call(step.stage, name, instance, context, run)
+        except CompactorError:
+            raise
+        except Exception as exc:
+            raise StageError(f"{self.spec.file}: step {step.index} ({step.label}) failed: "
+                             f"{type(exc).__name__}: {exc}") from exc
+        if step.stage == "score":
+            context = _combine_scores(context, step.weights)
+        report = StepReport(step.index, step.label, step.stage, record.tokens_in,
+                            record.tokens_out, record.seconds, details=frozen_mapping(record.details),
+                            warnings=tuple(record.warnings))
+        return context.evolve(reports=(*context.reports, report))
+
+    def _call(self, stage: str, name: str, instance: Component, context: Context, run: Run) -> Context:
+        result = self._caller(stage, instance)(context=context, run=run)
+        if stage in ("classify", "score", "validate"):
+            result = result[0] if result else None
+        if stage == "classify":
+            return _merge_labels(context, result or {})
+        if stage == "score":
+            if result is None:
+                return context
+            if not isinstance(result, ScoreSet):
+                raise StageError(f"{name} returned {type(result).__name__}, not a ScoreSet")
+            return _merge_scores(context, result)
+        if stage == "validate":
+            report = dict(result or {})
+            run.results[name] = report
+            run.note(name, report)
+            return context
+        if stage == "render":
+            if not isinstance(result, str):
+                raise StageError(f"{name} rendered {type(result).__name__}, not text")
+            tokens = run.step.tokens_out if run.step else self.counter.count(result)
+            meta = {**context.meta, "render_budgeted": getattr(instance, "budgeted", True)}
+            return context.evolve(output=result, output_tokens=tokens, meta=frozen_mapping(meta))
+        if result is None:
+            if stage == "fallback":
+                run.note("declined", True)
+                return context
+            raise StageError(f"{name} returned nothing for its {stage} step")
+        if not isinstance(result, Context):
+            raise StageError(f"{name} returned {type(result).__name__}, not a Context")
+        return result
+
+
+def _merge_labels(context: Context, labels: Mapping[str, Mapping[str, Any]]) -> Context:
+    if not labels:
+        return context
+    chunks = tuple(replace(c, labels=frozen_mapping({**c.labels, **labels[c.id]}))
+                   if c.id in labels else c for c in context.chunks)
+    return context.evolve(chunks=chunks)
+
+
+def _merge_scores(context: Context, scores: ScoreSet) -> Context:
+    chunks = []
+    for chunk in context.chunks:
+        if chunk.id not in scores.values:
+            chunks.append(chunk)
+            continue
+        value = min(1.0, max(0.0, float(scores.values[chunk.id])))
+        features = scores.features.get(chunk.id)
+        chunks.append(replace(
+            chunk,
+            scores=frozen_mapping({**chunk.scores, scores.name: value}),
+            features=frozen_mapping({**chunk.features, scores.name: frozen_mapping(features)})
+            if features is not None else chunk.features,
+        ))
+    return context.evolve(chunks=tuple(chunks))
+
+
+def _combine_scores(context: Context, weights: Mapping[str, float]) -> Context:
+    """`combined` = weighted mean of every score a chunk has (weight 1 unless configured)."""
+    chunks = []
+    for chunk in context.chunks:
+        parts = {k: v for k, v in chunk.scores.items() if k != "combined"}
+        total = sum(weights.get(k, 1.0) for k in parts)
+        if not parts or total <= 0:
+            chunks.append(chunk)
+            continue
+        combined = sum(v * weights.get(k, 1.0) for k, v in parts.items()) / total
+        chunks.append(replace(chunk, scores=frozen_mapping({**chunk.scores, "combined": combined})))
+    return context.evolve(chunks=tuple(chunks))

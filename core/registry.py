@@ -1,0 +1,197 @@
+"""Plugin loading and the component registry: the one place that talks to entry points.
+
+Built-in plugins are the `compactor` distribution's own entry points and always load. Third-party
+entry points in the `compactor` group load too, unless `COMPACTOR_DISABLE_PLUGIN_AUTOLOAD=1`;
+`COMPACTOR_LOAD_PLUGINS=a,b` restricts them to those entry-point names (and loads them even when
+autoload is off). `COMPACTOR_TRACE_HOOKS=1` prints every hook call to stderr. A plugin that fails to
+import or register is recorded as broken and only fails pipelines that use its components.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib
+import importlib.metadata as md
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+
+from compactor import hookspecs
+from compactor.components import Component, validate_component_class
+from compactor.errors import PluginError
+
+ENTRY_POINT_GROUP = "compactor"
+BUILTIN_DISTRIBUTION = "compactor"
+BUILTIN_MODULE = "compactor.plugins"
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentInfo:
+    """A registered component class and where it came from."""
+
+    cls: type[Component]
+    plugin: str
+    distribution: str
+    dist_version: str
+
+    @property
+    def name(self) -> str:
+        return self.cls.name
+
+    @property
+    def stage(self) -> str:
+        return self.cls.stage
+
+
+@dataclass(frozen=True, slots=True)
+class BrokenPlugin:
+    """A plugin that could not be loaded or could not register its components."""
+
+    plugin: str
+    distribution: str
+    dist_version: str
+    error: str
+
+    def __str__(self) -> str:
+        return f"plugin {self.plugin!r} from {self.distribution} {self.dist_version}: {self.error}"
+
+
+@dataclass(slots=True)
+class Registry:
+    """A plugin manager plus the components its plugins offered."""
+
+    pm: pluggy.PluginManager
+    components: dict[str, ComponentInfo] = field(default_factory=dict)
+    broken: list[BrokenPlugin] = field(default_factory=list)
+
+    def get(self, name: str) -> ComponentInfo:
+        """The component called `name`, or a PluginError with a suggestion and the choices."""
+        found = self.components.get(name)
+        if found is not None:
+            return found
+        raise PluginError(self.unknown_message(name))
+
+    def unknown_message(self, name: str, stage: str | None = None) -> str:
+        """'unknown component' text with "did you mean" and the list of choices."""
+        choices = sorted(n for n, c in self.components.items() if stage is None or c.stage == stage)
+        message = f"unknown component {name!r}."
+        close = difflib.get_close_matches(name, choices or list(self.components), n=1, cutoff=0.6)
+        if close:
+            message += f" Did you mean {close[0]!r}?"
+        broken = [b for b in self.broken if name.split(".")[0] in b.plugin or not close]
+        if broken:
+            message += " Broken plugins: " + "; ".join(str(b) for b in broken) + "."
+        return message + " Available: " + ", ".join(choices or sorted(self.components))
+
+
+def _env_flag(env: Mapping[str, str], key: str) -> bool:
+    return env.get(key, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _dist_of(ep: md.EntryPoint) -> tuple[str, str]:
+    dist = getattr(ep, "dist", None)
+    if dist is None:
+        return ("unknown", "?")
+    return (dist.metadata["Name"] or "unknown", dist.version or "?")
+
+
+def build_registry(
+    *,
+    plugins: Iterable[Any] = (),
+    env: Mapping[str, str] | None = None,
+) -> Registry:
+    """A fresh plugin manager with built-ins, entry-point plugins and `plugins`, components collected.
+
+    `plugins` are extra plugin objects (modules or instances) registered as if they came from an
+    entry point, which is how Python callers and tests add components without packaging them.
+    """
+    env = os.environ if env is None else env
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    registry = Registry(pm)
+    origins: dict[str, tuple[str, str]] = {}
+
+    allow = {n.strip() for n in env.get("COMPACTOR_LOAD_PLUGINS", "").split(",") if n.strip()}
+    autoload = not _env_flag(env, "COMPACTOR_DISABLE_PLUGIN_AUTOLOAD")
+    builtin_loaded = False
+    for ep in sorted(md.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        dist, version = _dist_of(ep)
+        builtin = dist == BUILTIN_DISTRIBUTION
+        if not builtin and ((allow and ep.name not in allow) or (not allow and not autoload)):
+            continue
+        if pm.has_plugin(ep.name):
+            continue
+        try:
+            module = ep.load()
+            pm.register(module, name=ep.name)
+        except Exception as exc:
+            registry.broken.append(BrokenPlugin(ep.name, dist, version, f"{type(exc).__name__}: {exc}"))
+            continue
+        origins[ep.name] = (dist, version)
+        builtin_loaded = builtin_loaded or builtin
+    if not builtin_loaded and not pm.has_plugin("builtins"):
+        # Running from a source tree without installed metadata: load the built-ins by name.
+        pm.register(importlib.import_module(BUILTIN_MODULE), name="builtins")
+        origins["builtins"] = (BUILTIN_DISTRIBUTION, _own_version())
+    for index, plugin in enumerate(plugins):
+        name = getattr(plugin, "__name__", None) or f"extra-{index}"
+        pm.register(plugin, name=name)
+        origins[name] = ("<python>", "-")
+
+    _collect_components(registry, origins)
+    if _env_flag(env, "COMPACTOR_TRACE_HOOKS"):
+        pm.trace.root.setwriter(sys.stderr.write)
+        pm.enable_tracing()
+    return registry
+
+
+def _own_version() -> str:
+    try:
+        return md.version(BUILTIN_DISTRIBUTION)
+    except md.PackageNotFoundError:
+        return "0+source"
+
+
+def _offer(
+    offered: list[ComponentInfo], plugin: str, dist: str, version: str, cls: type[Component]
+) -> None:
+    """The `register` callable plugins receive: validates, then records the class."""
+    problem = validate_component_class(cls)
+    if problem:
+        raise PluginError(problem)
+    offered.append(ComponentInfo(cls, plugin, dist, version))
+
+
+def _collect_components(registry: Registry, origins: dict[str, tuple[str, str]]) -> None:
+    """Call each plugin's register hook on its own, so one failure stays contained."""
+    hook = registry.pm.hook.compactor_register_components
+    for impl in hook.get_hookimpls():
+        plugin_name = impl.plugin_name
+        dist, version = origins.get(plugin_name, ("unknown", "?"))
+        offered: list[ComponentInfo] = []
+        register = functools.partial(_offer, offered, plugin_name, dist, version)
+        try:
+            impl.function(register)
+        except Exception as exc:
+            registry.broken.append(
+                BrokenPlugin(plugin_name, dist, version, f"{type(exc).__name__}: {exc}")
+            )
+            continue
+        for info in offered:
+            existing = registry.components.get(info.name)
+            if existing is not None and existing.cls is not info.cls:
+                registry.broken.append(
+                    BrokenPlugin(
+                        plugin_name,
+                        dist,
+                        version,
+                        f"component {info.name!r} is already registered by {existing.distribution}",
+                    )
+                )
+                continue
+            registry.components[info.name] = info

@@ -1,0 +1,117 @@
+"""YAML with positions: safe loading that remembers where every value came from.
+
+Pass one of pipeline loading. Duplicate keys are errors (PyYAML silently keeps the last one), and
+every value's `line:col` is kept by its path so later passes can point at the exact field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from compactor.errors import ConfigError, Problem
+
+Path = tuple[str | int, ...]
+_KEY = "\x00key"
+
+
+def format_path(path: Path) -> str:
+    """`("steps", 3, "use")` -> `steps[3].use`."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+class Marked:
+    """Parsed YAML plus the position of every path (1-based line and column)."""
+
+    def __init__(self, data: Any, marks: dict[Path, tuple[int, int]], file: str,
+                 key_marks: dict[Path, tuple[int, int]] | None = None) -> None:
+        self.data = data
+        self.marks = marks
+        self.key_marks = key_marks or {}
+        self.file = file
+
+    def where(self, path: Path) -> tuple[int | None, int | None]:
+        """Position of `path`, or of its nearest ancestor that has one."""
+        while path:
+            if path in self.marks:
+                return self.marks[path]
+            path = path[:-1]
+        return self.marks.get((), (None, None))
+
+    def problem(self, path: Path, message: str, *, at_key: bool = False) -> Problem:
+        """A problem located at the value of `path` (or at its key, for unknown keys)."""
+        line, col = self.key_marks[path] if at_key and path in self.key_marks else self.where(path)
+        return Problem(message, self.file, line, col, format_path(path) or None)
+
+
+def load_marked(text: str, file: str = "<string>") -> Marked:
+    """Parse one YAML document safely; ConfigError (all duplicate keys at once) on failure."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
+        reason = " ".join(str(x) for x in (exc.context, exc.problem) if x)
+        raise ConfigError(Problem(f"invalid YAML: {reason}", file, line, col)) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(Problem(f"invalid YAML: {exc}", file)) from None
+    if node is None:
+        raise ConfigError(Problem("the file is empty", file, 1, 1))
+    marks: dict[Path, tuple[int, int]] = {}
+    problems: list[Problem] = []
+    data = _build(node, (), marks, problems, file, loader)
+    loader.dispose()
+    if problems:
+        raise ConfigError(problems)
+    key_marks = {path[:-1]: mark for path, mark in marks.items() if path and path[-1] == _KEY}
+    return Marked(data, {p: m for p, m in marks.items() if _KEY not in p}, file, key_marks)
+
+
+def _build(
+    node: yaml.Node,
+    path: Path,
+    marks: dict[Path, tuple[int, int]],
+    problems: list[Problem],
+    file: str,
+    loader: yaml.SafeLoader,
+) -> Any:
+    marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+    if isinstance(node, yaml.MappingNode):
+        out: dict[Any, Any] = {}
+        seen: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, str | int | float | bool) and key is not None:
+                problems.append(_at(key_node, file, path, "mapping keys must be plain scalars"))
+                continue
+            key = str(key) if not isinstance(key, str) else key
+            if key in seen:
+                problems.append(
+                    _at(key_node, file, (*path, key),
+                        f"duplicate key {key!r} (first defined on line {seen[key]})")
+                )
+                continue
+            seen[key] = key_node.start_mark.line + 1
+            marks[(*path, key, _KEY)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            out[key] = _build(value_node, (*path, key), marks, problems, file, loader)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [
+            _build(item, (*path, i), marks, problems, file, loader)
+            for i, item in enumerate(node.value)
+        ]
+    return loader.construct_object(node, deep=True)
+
+
+def _at(node: yaml.Node, file: str, path: Path, message: str) -> Problem:
+    return Problem(
+        message, file, node.start_mark.line + 1, node.start_mark.column + 1, format_path(path)
+    )

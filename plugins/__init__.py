@@ -1,0 +1,31 @@
+"""compactor's built-in components, registered through the same entry point as third parties."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from compactor.components import Component
+from compactor.hookspecs import hookimpl
+from compactor.plugins.chunkers import ParagraphChunker, SentenceChunker, TokenChunker
+from compactor.plugins.cleaners import DedupeCleaner, HtmlCleaner, NormalizeCleaner
+from compactor.plugins.render import JsonRenderer, MarkdownRenderer, TextRenderer
+from compactor.plugins.select import SelectCompressor
+
+BUILTIN_COMPONENTS: tuple[type[Component], ...] = (
+    NormalizeCleaner,
+    HtmlCleaner,
+    DedupeCleaner,
+    TokenChunker,
+    SentenceChunker,
+    ParagraphChunker,
+    SelectCompressor,
+    TextRenderer,
+    MarkdownRenderer,
+    JsonRenderer,
+)
+
+
+@hookimpl
+def compactor_register_components(register: Callable[[type[Component]], None]) -> None:
+    for component in BUILTIN_COMPONENTS:
+        register(component)

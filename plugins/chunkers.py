@@ -1,0 +1,123 @@
+"""chunk.tokens, chunk.sentences, chunk.paragraphs: cut every source's text into chunks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import regex
+
+from compactor.components import Component
+from compactor.document import Chunk, Context, chunk_id
+from compactor.hookspecs import hookimpl
+from compactor.plugins.chunking import pack_units, token_windows
+from compactor.run import Run
+from compactor.sentences import detect_lang, split_sentences
+
+_PARAGRAPH_BREAK = regex.compile(r"\n[ \t]*\n\s*")
+
+
+def _size_problems(params: dict[str, object]) -> list[str]:
+    size, overlap = params["size"], params["overlap"]
+    problems = []
+    if not isinstance(size, int) or size < 8:
+        problems.append("size must be at least 8 tokens")
+    elif not isinstance(overlap, int) or not 0 <= overlap < size // 2:
+        problems.append(f"overlap must be between 0 and half the size ({size // 2 - 1})")
+    return problems
+
+
+def _chunked(context: Context, cut: Callable[[str], list[tuple[int, int, int, tuple[int, int] | None]]]
+             ) -> Context:
+    chunks: list[Chunk] = []
+    for source in context.sources:
+        text = source.text
+        if not text.strip():
+            continue
+        for index, (start, end, tokens, units) in enumerate(cut(text)):
+            piece = text[start:end]
+            chunks.append(Chunk(id=chunk_id(source.id, index), source_id=source.id, index=index,
+                                start=start, end=end, text=piece, tokens=tokens,
+                                lang=detect_lang(piece), units=units))
+    return context.evolve(chunks=tuple(chunks), segments=(), facts=())
+
+
+class TokenChunker(Component):
+    """Windows of `size` tokens with `overlap`, cut at sentence ends or whitespace when possible.
+
+    Example: `{use: chunk.tokens, with: {size: 8000, overlap: 400}}` (the seeds' map-reduce sizes).
+    """
+
+    name = "chunk.tokens"
+    stage = "chunk"
+    provides = ("chunks",)
+
+    def __init__(self, *, size: int = 512, overlap: int = 64) -> None:
+        self.size = size
+        self.overlap = overlap
+
+    check_params = staticmethod(_size_problems)
+
+    @hookimpl
+    def compactor_chunk(self, context: Context, run: Run) -> Context:
+        return _chunked(context, lambda text: [
+            (s, e, t, None) for s, e, t in token_windows(text, run.counter, self.size, self.overlap)
+        ])
+
+
+class SentenceChunker(Component):
+    """Whole sentences packed up to `size` tokens (Punkt for English, rules for Chinese).
+
+    `overlap` repeats trailing sentences of the previous chunk, up to that many tokens.
+    """
+
+    name = "chunk.sentences"
+    stage = "chunk"
+    provides = ("chunks",)
+
+    def __init__(self, *, size: int = 256, overlap: int = 0) -> None:
+        self.size = size
+        self.overlap = overlap
+
+    check_params = staticmethod(_size_problems)
+
+    @hookimpl
+    def compactor_chunk(self, context: Context, run: Run) -> Context:
+        def cut(text: str) -> list[tuple[int, int, int, tuple[int, int] | None]]:
+            spans = split_sentences(text)
+            return [(s, e, t, (a, b)) for s, e, t, a, b in
+                    pack_units(text, spans, run.counter, self.size, self.overlap)]
+
+        return _chunked(context, cut)
+
+
+def paragraph_spans(text: str) -> list[tuple[int, int]]:
+    """Spans that tile the text, one per paragraph (blank lines end a paragraph)."""
+    spans, start = [], 0
+    for match in _PARAGRAPH_BREAK.finditer(text):
+        if match.end() < len(text):
+            spans.append((start, match.end()))
+            start = match.end()
+    spans.append((start, len(text)))
+    return spans
+
+
+class ParagraphChunker(Component):
+    """Whole paragraphs packed up to `size` tokens; long paragraphs are cut by token windows."""
+
+    name = "chunk.paragraphs"
+    stage = "chunk"
+    provides = ("chunks",)
+
+    def __init__(self, *, size: int = 512, overlap: int = 0) -> None:
+        self.size = size
+        self.overlap = overlap
+
+    check_params = staticmethod(_size_problems)
+
+    @hookimpl
+    def compactor_chunk(self, context: Context, run: Run) -> Context:
+        def cut(text: str) -> list[tuple[int, int, int, tuple[int, int] | None]]:
+            return [(s, e, t, (a, b)) for s, e, t, a, b in
+                    pack_units(text, paragraph_spans(text), run.counter, self.size, self.overlap)]
+
+        return _chunked(context, cut)

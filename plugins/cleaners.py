@@ -1,0 +1,176 @@
+"""clean.normalize, clean.html, clean.dedupe: make each source's working text clean and unique."""
+
+from __future__ import annotations
+
+import hashlib
+import unicodedata
+from typing import Literal
+
+import regex
+
+from compactor.components import Component
+from compactor.document import Context, Source
+from compactor.hookspecs import hookimpl
+from compactor.plugins.html_extract import extract_main_text
+from compactor.run import Run
+
+_ZERO_WIDTH = regex.compile(r"[\u200b\u200c\u200d\u2060\ufeff\u00ad]")
+_CONTROL = regex.compile(r"[^\P{Cc}\n\t]")
+_SPACES = regex.compile(r"[^\S\n]+")
+_TRAILING = regex.compile(r"[ \t]+\n")
+_BLANK_LINES = regex.compile(r"\n{3,}")
+_LOOKS_HTML = regex.compile(r"<(?:html|body|div|p|article|head|span|table|br)\b", regex.IGNORECASE)
+
+
+def normalize_text(text: str, form: str = "NFKC", collapse_whitespace: bool = True) -> str:
+    """Unicode normal form, no control or zero-width characters, tidy whitespace."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if form != "none":
+        text = unicodedata.normalize(form, text)
+    text = _ZERO_WIDTH.sub("", text)
+    text = _CONTROL.sub("", text)
+    if collapse_whitespace:
+        text = _SPACES.sub(" ", text.replace("\t", " "))
+        text = _TRAILING.sub("\n", text)
+        text = _BLANK_LINES.sub("\n\n", text)
+        text = text.strip()
+    return text
+
+
+class NormalizeCleaner(Component):
+    """Unicode normalisation (NFKC by default), control and zero-width characters, whitespace."""
+
+    name = "clean.normalize"
+    stage = "clean"
+
+    def __init__(self, *, form: Literal["NFKC", "NFC", "none"] = "NFKC",
+                 collapse_whitespace: bool = True) -> None:
+        self.form = form
+        self.collapse_whitespace = collapse_whitespace
+
+    @hookimpl
+    def compactor_clean(self, context: Context, run: Run) -> Context:
+        sources = []
+        for source in context.sources:
+            text = normalize_text(source.text, self.form, self.collapse_whitespace)
+            sources.append(source if text == source.text else source.with_text(text))
+        return context.evolve(sources=tuple(sources))
+
+
+class HtmlCleaner(Component):
+    """HTML to main text: drops scripts, navigation, footers, forms and boilerplate blocks, keeps
+    headings, paragraphs, lists and tables, and picks the main content by text density.
+
+    Sources that are not HTML pass through unchanged.
+    """
+
+    name = "clean.html"
+    stage = "clean"
+
+    def __init__(self, *, include_tables: bool = True) -> None:
+        self.include_tables = include_tables
+
+    @hookimpl
+    def compactor_clean(self, context: Context, run: Run) -> Context:
+        sources = []
+        converted = empty = 0
+        for source in context.sources:
+            if not (source.kind == "web_page" or _LOOKS_HTML.search(source.text[:4096])):
+                sources.append(source)
+                continue
+            if not _LOOKS_HTML.search(source.text):
+                sources.append(source)  # a web page delivered as plain text
+                continue
+            extracted = extract_main_text(source.text, include_tables=self.include_tables)
+            converted += 1
+            if not extracted.text.strip():
+                empty += 1
+                run.warn(f"no main text found in {source.uri or source.id}")
+            sources.append(source.with_text(extracted.text,
+                                            title=source.title or extracted.title))
+        run.note("pages", converted)
+        if empty:
+            run.note("empty_pages", empty)
+        return context.evolve(sources=tuple(sources))
+
+
+_PARAGRAPHS = regex.compile(r"\n\s*\n")
+_WORDS = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]|[\p{L}\p{N}]+")
+_MASK = (1 << 64) - 1
+_SEEDS = [int.from_bytes(hashlib.blake2b(str(i).encode(), digest_size=8).digest(), "big")
+          for i in range(64)]
+
+
+def _shingles(words: list[str], width: int = 3) -> set[int]:
+    if len(words) < width:
+        return {hash(" ".join(words))}
+    return {hash(" ".join(words[i:i + width])) for i in range(len(words) - width + 1)}
+
+
+def _minhash(shingles: set[int]) -> tuple[int, ...]:
+    return tuple(min(((h ^ seed) * 0x9E3779B97F4A7C15) & _MASK for h in shingles)
+                 for seed in _SEEDS)
+
+
+class DedupeCleaner(Component):
+    """Drops exact and near-duplicate paragraphs within and across sources (first one wins).
+
+    Near duplicates: MinHash over word 3-shingles (CJK characters count as words) with LSH, confirmed
+    by the Jaccard similarity of the shingle sets reaching `threshold`.
+    """
+
+    name = "clean.dedupe"
+    stage = "clean"
+
+    def __init__(self, *, threshold: float = 0.8, min_chars: int = 40,
+                 near: bool = True) -> None:
+        self.threshold = threshold
+        self.min_chars = min_chars
+        self.near = near
+
+    @staticmethod
+    def check_params(params: dict[str, object]) -> list[str]:
+        threshold = params["threshold"]
+        return [] if isinstance(threshold, float) and 0 < threshold <= 1 else [
+            "threshold must be in (0, 1]"]
+
+    @hookimpl
+    def compactor_clean(self, context: Context, run: Run) -> Context:
+        exact: set[str] = set()
+        buckets: dict[tuple[int, tuple[int, ...]], list[set[int]]] = {}
+        dropped_exact = dropped_near = 0
+        sources: list[Source] = []
+        for source in context.sources:
+            kept: list[str] = []
+            for paragraph in _PARAGRAPHS.split(source.text):
+                words = [w.lower() for w in _WORDS.findall(paragraph)]
+                if len(paragraph.strip()) < self.min_chars or not words:
+                    kept.append(paragraph)
+                    continue
+                key = hashlib.sha1(" ".join(words).encode()).hexdigest()
+                if key in exact:
+                    dropped_exact += 1
+                    continue
+                exact.add(key)
+                if self.near and self._near_duplicate(words, buckets):
+                    dropped_near += 1
+                    continue
+                kept.append(paragraph)
+            text = "\n\n".join(p.strip("\n") for p in kept if p.strip())
+            sources.append(source if text == source.text else source.with_text(text))
+        run.note("dropped_exact", dropped_exact)
+        run.note("dropped_near", dropped_near)
+        return context.evolve(sources=tuple(sources))
+
+    def _near_duplicate(self, words: list[str],
+                        buckets: dict[tuple[int, tuple[int, ...]], list[set[int]]]) -> bool:
+        shingles = _shingles(words)
+        signature = _minhash(shingles)
+        keys = [(band, signature[band * 4:band * 4 + 4]) for band in range(16)]
+        for key in keys:
+            for other in buckets.get(key, ()):
+                if len(shingles & other) / len(shingles | other) >= self.threshold:
+                    return True
+        for key in keys:
+            buckets.setdefault(key, []).append(shingles)
+        return False

@@ -1,0 +1,126 @@
+"""render.text, render.markdown, render.json: the final text, within the budget."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from compactor.components import Component
+from compactor.document import Context, Segment
+from compactor.hookspecs import hookimpl
+from compactor.plugins.chunking import token_windows
+from compactor.run import Run
+from compactor.tokens import TokenCounter
+
+
+def kept_segments(context: Context) -> list[Segment]:
+    """What to render: the segments if a compressor ran, else every chunk or source in full."""
+    if context.segments or any(r.stage == "compress" and not r.skipped for r in context.reports):
+        return list(context.segments)
+    if context.chunks:
+        return [Segment(id=c.id, text=c.text, chunk_ids=(c.id,), source_id=c.source_id,
+                        title=context.source(c.source_id).title, tokens=c.tokens)
+                for c in context.chunks]
+    return [Segment(id=s.id, text=s.text, chunk_ids=(), source_id=s.id,
+                    title=s.title or s.uri, tokens=s.tokens) for s in context.sources]
+
+
+def fit(parts: list[str], joiner: str, counter: TokenCounter, limit: int | None) -> str:
+    """Join parts, dropping whole trailing parts and then cutting the last one so the result has
+    at most `limit` tokens. A safety net: compressors normally leave nothing to cut."""
+    text = joiner.join(parts)
+    if limit is None or counter.count(text) <= limit:
+        return text
+    lo, hi = 0, len(parts)
+    while lo < hi:  # the largest number of whole parts that fits
+        mid = (lo + hi + 1) // 2
+        if counter.count(joiner.join(parts[:mid])) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    head = joiner.join(parts[:lo])
+    if lo < len(parts):
+        room = limit - counter.count(head + joiner) if head else limit
+        if room > 8:
+            windows = token_windows(parts[lo], counter, room)
+            tail = parts[lo][windows[0][0]:windows[0][1]].rstrip()
+            candidate = f"{head}{joiner}{tail}" if head else tail
+            while tail and counter.count(candidate) > limit:
+                tail = tail[: int(len(tail) * 0.9)]
+                candidate = f"{head}{joiner}{tail}" if head else tail
+            return candidate
+    return head
+
+
+class TextRenderer(Component):
+    """Kept text only, sections separated by blank lines."""
+
+    name = "render.text"
+    stage = "render"
+    budgeted: ClassVar[bool] = True
+
+    @hookimpl
+    def compactor_render(self, context: Context, run: Run) -> str:
+        parts = [s.text for s in kept_segments(context) if s.text.strip()]
+        return fit(parts, "\n\n", run.counter, context.resolved_budget())
+
+
+class MarkdownRenderer(Component):
+    """One section per source: heading with its title, the URL, then the kept text."""
+
+    name = "render.markdown"
+    stage = "render"
+    budgeted: ClassVar[bool] = True
+
+    @hookimpl
+    def compactor_render(self, context: Context, run: Run) -> str:
+        titles = run.settings.get("output", {}).get("titles", True)
+        parts = []
+        for segment in kept_segments(context):
+            source = context.source(segment.source_id) if segment.source_id else None
+            head = ""
+            if titles and source is not None:
+                heading = source.title or (source.uri or "").rsplit("/", 1)[-1] or source.id
+                head = f"## {heading}\n"
+                if source.uri and source.uri != heading:
+                    head += f"<{source.uri}>\n"
+                head += "\n"
+            parts.append(head + segment.text)
+        return fit(parts, "\n\n", run.counter, context.resolved_budget())
+
+
+class JsonRenderer(Component):
+    """Everything with provenance: kept text per source, chunk ids, offsets, tokens, scores, steps.
+
+    The budget bounds the kept text (`text` fields), not the JSON around it.
+    """
+
+    name = "render.json"
+    stage = "render"
+    budgeted: ClassVar[bool] = False
+
+    @hookimpl
+    def compactor_render(self, context: Context, run: Run) -> str:
+        segments = kept_segments(context)
+        kept_ids = {cid for s in segments for cid in s.chunk_ids}
+        data: dict[str, Any] = {
+            "query": context.query,
+            "budget": context.resolved_budget(),
+            "input_tokens": context.meta.get("input_tokens"),
+            "text_tokens": sum(s.tokens or 0 for s in segments),
+            "sources": [{"id": s.id, "kind": s.kind, "uri": s.uri, "title": s.title,
+                         "tokens": s.tokens} for s in context.sources],
+            "segments": [{"id": s.id, "source_id": s.source_id, "title": s.title,
+                          "tokens": s.tokens, "chunk_ids": list(s.chunk_ids), "text": s.text}
+                         for s in segments],
+            "chunks": [{"id": c.id, "source_id": c.source_id, "start": c.start, "end": c.end,
+                        "tokens": c.tokens, "lang": c.lang, "kept": c.id in kept_ids,
+                        "scores": dict(c.scores), "labels": dict(c.labels)}
+                       for c in context.chunks],
+            "facts": [{"id": f.id, "text": f.text, "chunk_ids": list(f.chunk_ids),
+                       "source_url": f.source_url, "score": f.score} for f in context.facts],
+            "steps": [{"step": r.step, "stage": r.stage, "tokens_in": r.tokens_in,
+                       "tokens_out": r.tokens_out, "seconds": round(r.seconds, 6),
+                       "skipped": r.skipped} for r in context.reports],
+        }
+        return json.dumps(data, ensure_ascii=False, indent=2, default=str)

@@ -1,0 +1,34 @@
+"""Shared test helpers: paths, the evaluation data, running the CLI as a user does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+EVAL = Path(os.environ.get("COMPACTOR_EVAL_DIR", REPO.parent / "shared" / "eval"))
+
+
+def run_cli(*args: str, stdin: bytes | None = None, env: dict[str, str] | None = None,
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `compactor-run` in a fresh interpreter, exactly as a user would."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "compactor.cli", *args],
+        input=stdin.decode("utf-8", "surrogateescape") if stdin is not None else None,
+        capture_output=True, text=True, env=full_env, cwd=cwd or REPO, timeout=120,
+    )
+
+
+def write_dist(root: Path, dist: str, module: str, source: str, entry: str | None = None,
+               version: str = "1.0") -> None:
+    """A throwaway installed distribution: a module plus a `*.dist-info` with entry points."""
+    (root / f"{module}.py").write_text(source, encoding="utf-8")
+    info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n",
+                                   encoding="utf-8")
+    (info / "entry_points.txt").write_text(f"[compactor]\n{entry or module} = {module}\n",
+                                           encoding="utf-8")
