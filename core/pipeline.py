@@ -119,7 +119,9 @@ class Pipeline:
     ) -> Context:
         """Run every step on `inputs` and return the final context (`.output` is the text)."""
         context = self._initial(inputs, query, budget)
-        fmt = output_format or self.spec.output["format"]
+        render_steps = [name for s, name, _ in self._instances if s.stage == "render"]
+        declared = render_steps[-1].split(".", 1)[1] if render_steps else self.spec.output["format"]
+        fmt = output_format or declared
         run = Run(counter=self.counter, pipeline=self.spec.name,
                   settings={"llm": self.spec.llm, "store": self.spec.store,
                             "output": {**self.spec.output, "format": fmt}})

@@ -452,7 +452,9 @@ def split_sentences(
     """Split ``text`` into sentence spans ``(start, end)`` that tile it exactly.
 
     ``lang`` defaults to :func:`detect_lang`. English (also inside "mixed" text) follows
-    Punkt; a blank line always ends a sentence, and in "zh"/"mixed" a single newline does too.
+    Punkt; Chinese terminators always apply when CJK text is present. A blank line always
+    ends a sentence; in "zh"/"mixed" a single newline does too (hard-wrapped English
+    paragraphs would otherwise shatter).
     ``exact=True`` runs nltk's Punkt implementation instead of the fast re-implementation
     (same parameters, same decisions on ordinary text; ~10x slower).
     """
@@ -460,16 +462,16 @@ def split_sentences(
         return []
     if lang is None:
         lang = detect_lang(text)
+    elif lang not in ("en", "zh", "mixed"):
+        raise ValueError(f"lang must be 'en', 'zh', 'mixed' or None, not {lang!r}")
+    cjk = _ANY_CJK_RE.search(text) is not None
     starts: list[int] = []
     if lang != "zh":
-        if exact:
-            starts += _punkt_starts_nltk(text)
-        else:
-            cjk = _ANY_CJK_RE.search(text) is not None
-            starts += _punkt_starts_fast(text, cjk)
+        starts += _punkt_starts_nltk(text) if exact else _punkt_starts_fast(text, cjk)
+    if cjk:  # 。！？ end sentences even in mostly-English text
+        starts += _zh_starts(text)
     if lang == "en":
         starts += [m.end() for m in _BLANK_LINE_RE.finditer(text)]
     else:
-        starts += _zh_starts(text)
         starts += [m.end() for m in _NEWLINE_RE.finditer(text)]
     return _tile(text, starts)

@@ -21,8 +21,8 @@ def _size_problems(params: dict[str, object]) -> list[str]:
     problems = []
     if not isinstance(size, int) or size < 8:
         problems.append("size must be at least 8 tokens")
-    elif not isinstance(overlap, int) or not 0 <= overlap < size // 2:
-        problems.append(f"overlap must be between 0 and half the size ({size // 2 - 1})")
+    elif not isinstance(overlap, int) or not 0 <= overlap < size:
+        problems.append(f"overlap must be at least 0 and smaller than the size ({size})")
     return problems
 
 

@@ -101,7 +101,7 @@ _SEEDS = [int.from_bytes(hashlib.blake2b(str(i).encode(), digest_size=8).digest(
           for i in range(64)]
 
 
-def _shingles(words: list[str], width: int = 3) -> set[int]:
+def _shingles(words: list[str], width: int = 2) -> set[int]:
     if len(words) < width:
         return {hash(" ".join(words))}
     return {hash(" ".join(words[i:i + width])) for i in range(len(words) - width + 1)}
@@ -115,14 +115,14 @@ def _minhash(shingles: set[int]) -> tuple[int, ...]:
 class DedupeCleaner(Component):
     """Drops exact and near-duplicate paragraphs within and across sources (first one wins).
 
-    Near duplicates: MinHash over word 3-shingles (CJK characters count as words) with LSH, confirmed
+    Near duplicates: MinHash over word bigrams (CJK characters count as words) with LSH, confirmed
     by the Jaccard similarity of the shingle sets reaching `threshold`.
     """
 
     name = "clean.dedupe"
     stage = "clean"
 
-    def __init__(self, *, threshold: float = 0.8, min_chars: int = 40,
+    def __init__(self, *, threshold: float = 0.75, min_chars: int = 40,
                  near: bool = True) -> None:
         self.threshold = threshold
         self.min_chars = min_chars

@@ -133,10 +133,9 @@ _STRONG_BOILER_RE = re.compile(
     r"recommend|comment|disqus|outbrain|taboola|promo|popup|modal|trending|most-?popular|"
     r"most-?read|more-?stories"
 )
-_BAD_ROLES = _tags(
-    "navigation menu menubar complementary banner contentinfo alert alertdialog dialog "
-    "search tablist toolbar"
-)
+_CHROME_ROLES = _tags("navigation menu menubar complementary banner contentinfo search")
+_COMMENTS_RE = re.compile(r"comment|disqus|replies|responses")
+_BAD_ROLES = _CHROME_ROLES | _tags("alert alertdialog dialog tablist toolbar")
 _HIDDEN_STYLE_RE = re.compile(r"display:\s*none|visibility:\s*hidden")
 _SENTENCE_END_RE = re.compile(r"[.!?。！？]['\"”’)]?$")
 _TITLE_SPLIT_RE = re.compile(r"\s+[|\-–—:·»/]+\s+|\s*[|·»]\s*")
@@ -594,9 +593,6 @@ def _clean_conditionally(node: _Node, in_list: bool) -> bool:
         return False
     tag = node.tag
     is_list = tag in ("ul", "ol") or in_list
-    if not is_list and node.tlen and node.n_li:
-        # a div that is mostly a list behaves like one
-        is_list = False
     p = node.n_p
     img = node.n_img
     li = node.n_li - 100
@@ -822,6 +818,7 @@ def _run(
     weigh_classes: bool,
     clean: bool,
     include_tables: bool,
+    comments: bool,
 ) -> tuple[list[tuple[Block, float]], int, bool]:
     """One extraction attempt: blocks, the text length it could see, whether it stripped."""
     scorer = _Scorer(strip_unlikely, weigh_classes)
@@ -830,15 +827,43 @@ def _run(
     selected = _select(top, body)
     emitter = _Emitter(scorer, clean, include_tables, sum(n.tlen for n in selected))
     emitter.keep = {id(n) for n in selected}
+    extra: list[_Node | str] = []
+    if comments:
+        for node in _comment_roots(root):
+            emitter.keep.add(id(node))  # kept in place when inside the chosen containers
+            if not _inside(node, selected):
+                extra.append(node)
     wrapper = _Node("#wrap", {}, None)
-    wrapper.children = list(selected)
-    emitter.walk(wrapper, "paragraph")
-    emitter.flush("paragraph")
+    for children in (list(selected), extra):
+        wrapper.children = children
+        emitter.walk(wrapper, "paragraph")
+        emitter.flush("paragraph")
     return emitter.blocks, root.tlen, scorer.stripped
 
 
-def _body_of(root: _Node) -> _Node:
-    return root
+def _comment_roots(root: _Node) -> list[_Node]:
+    """Outermost comment sections of the page, in page order."""
+    found: list[_Node] = []
+    stack: list[_Node | str] = [root]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str) or item.dropped:
+            continue
+        if item.tlen and _COMMENTS_RE.search(item.hint):
+            found.append(item)
+            continue
+        stack.extend(reversed(item.children))
+    return found
+
+
+def _inside(node: _Node, containers: list[_Node]) -> bool:
+    ids = {id(c) for c in containers}
+    cur: _Node | None = node
+    while cur is not None:
+        if id(cur) in ids:
+            return True
+        cur = cur.parent
+    return False
 
 
 def _block_len(blocks: list[tuple[Block, float]]) -> int:
@@ -859,9 +884,7 @@ def extract_main_text(
         return EMPTY
 
 
-def _extract(
-    html: str, include_tables: bool, include_comments: bool, min_block_chars: int
-) -> Extracted:
+def _extract(html: str, tables: bool, comments: bool, min_chars: int) -> Extracted:
     if not isinstance(html, str) or not html.strip():
         return EMPTY
     builder = _Builder()
@@ -871,7 +894,7 @@ def _extract(
     except Exception:  # keep whatever was parsed before the parser gave up
         pass
     root = builder.root
-    body = _body_of(root)
+    body = root  # <html>/<body> tags are folded into the root while building
 
     title = _WS_RE.sub(" ", "".join(builder.title_parts)).strip() or None
     if title is None and builder.og_title:
@@ -879,7 +902,7 @@ def _extract(
     if title is None:
         title = _find_h1(root)
 
-    if include_comments:
+    if comments:
         _unmark_comments(root)
 
     attempts = (
@@ -894,7 +917,7 @@ def _extract(
     for i, flags in enumerate(attempts):
         if i == 1 and not stripped:
             continue  # nothing was stripped as unlikely: the same run again
-        blocks, total, stripped_now = _run(root, body, include_tables=include_tables, **flags)
+        blocks, total, stripped_now = _run(root, body, include_tables=tables, comments=comments, **flags)
         stripped = stripped and stripped_now
         length = _block_len(blocks)
         # a later, looser attempt must find clearly more text to replace a stricter one
@@ -912,7 +935,7 @@ def _extract(
     for i, (block, density) in enumerate(best):
         if block.kind == "heading" and i < 3 and _is_title_dup(block.text, titles):
             continue
-        if block.kind != "heading" and block.kind != "pre" and len(block.text) < min_block_chars:
+        if block.kind != "heading" and block.kind != "pre" and len(block.text) < min_chars:
             continue
         if (
             density > 0.6
@@ -932,9 +955,10 @@ def _unmark_comments(root: _Node) -> None:
         item = stack.pop()
         if isinstance(item, str):
             continue
-        if item.boiler and ("comment" in item.hint or "disqus" in item.hint):
+        if item.hint and _COMMENTS_RE.search(item.hint):
             item.boiler = False
             item.unlikely = False
+            item.weight = max(item.weight, 0)
         stack.extend(item.children)
 
 

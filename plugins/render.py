@@ -9,6 +9,7 @@ from compactor.components import Component
 from compactor.document import Context, Segment
 from compactor.hookspecs import hookimpl
 from compactor.plugins.chunking import token_windows
+from compactor.plugins.select import source_heading
 from compactor.run import Run
 from compactor.tokens import TokenCounter
 
@@ -78,13 +79,7 @@ class MarkdownRenderer(Component):
         parts = []
         for segment in kept_segments(context):
             source = context.source(segment.source_id) if segment.source_id else None
-            head = ""
-            if titles and source is not None:
-                heading = source.title or (source.uri or "").rsplit("/", 1)[-1] or source.id
-                head = f"## {heading}\n"
-                if source.uri and source.uri != heading:
-                    head += f"<{source.uri}>\n"
-                head += "\n"
+            head = source_heading(source) if titles and source is not None else ""
             parts.append(head + segment.text)
         return fit(parts, "\n\n", run.counter, context.resolved_budget())
 

@@ -15,11 +15,14 @@ def run_cli(*args: str, stdin: bytes | None = None, env: dict[str, str] | None =
             cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run `compactor-run` in a fresh interpreter, exactly as a user would."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "compactor.cli", *args],
-        input=stdin.decode("utf-8", "surrogateescape") if stdin is not None else None,
-        capture_output=True, text=True, env=full_env, cwd=cwd or REPO, timeout=120,
+        input=stdin if stdin is not None else b"",
+        capture_output=True, env=full_env, cwd=cwd or REPO, timeout=120,
     )
+    return subprocess.CompletedProcess(done.args, done.returncode,
+                                       done.stdout.decode("utf-8", "replace"),
+                                       done.stderr.decode("utf-8", "replace"))
 
 
 def write_dist(root: Path, dist: str, module: str, source: str, entry: str | None = None,

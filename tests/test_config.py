@@ -63,8 +63,8 @@ def test_requirements_and_order_are_checked() -> None:
 
 def test_parameter_checks_of_the_component_run() -> None:
     message = problems_of("version: 1\nsteps:\n  - use: chunk.tokens\n    with: {size: 100, "
-                          "overlap: 80}\n")
-    assert "steps[0].with: chunk.tokens: overlap must be between 0 and half the size" in message
+                          "overlap: 100}\n")
+    assert "steps[0].with: chunk.tokens: overlap must be at least 0 and smaller than the size" in message
 
 
 def test_environment_interpolation() -> None:

@@ -216,6 +216,18 @@ def test_chinese_cases(text: str, expected: list[str]) -> None:
     assert sents(text) == expected
 
 
+def test_chinese_terminators_apply_in_english_mode() -> None:
+    assert sents("The sign said 你好。Then we left.", "en") == [
+        "The sign said 你好。",
+        "Then we left.",
+    ]
+
+
+def test_invalid_lang() -> None:
+    with pytest.raises(ValueError):
+        split_sentences("Hi.", "fr")  # type: ignore[arg-type]
+
+
 def test_chinese_opening_ascii_quote_goes_to_next_sentence() -> None:
     assert sents('你好。"再见"他说。', "zh") == ["你好。", '"再见"他说。']
 

@@ -1,0 +1,56 @@
+"""Contracts on the code base itself."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+
+import compactor
+from compactor import hookspecs
+from compactor.plugins import BUILTIN_COMPONENTS
+
+from .helpers import REPO
+
+
+def imports_of(path) -> list[str]:  # type: ignore[no-untyped-def]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+    return names
+
+
+def test_core_never_imports_plugins_and_nothing_imports_bare_names() -> None:
+    for folder in ("core", "plugins", "tests", "benchmarks"):
+        for path in (REPO / folder).rglob("*.py"):
+            for name in imports_of(path):
+                root = name.split(".")[0]
+                assert root not in ("core", "plugins", "pipelines"), f"{path}: import {name}"
+                if folder == "core":
+                    assert not name.startswith("compactor.plugins"), f"{path}: import {name}"
+
+
+def test_public_all_is_sorted_and_complete() -> None:
+    assert compactor.__all__ == sorted(compactor.__all__)
+    assert all(hasattr(compactor, name) for name in compactor.__all__)
+
+
+def test_every_hookspec_is_documented_and_in_the_readme() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    specs = [n for n, f in inspect.getmembers(hookspecs, inspect.isfunction)
+             if n.startswith("compactor_")]
+    assert len(specs) == 9
+    for name in specs:
+        assert (getattr(hookspecs, name).__doc__ or "").strip(), name
+    assert set(hookspecs.STAGE_HOOKS.values()) | {"compactor_register_components"} == set(specs)
+    assert "compactor_register_components" in readme
+
+
+def test_every_builtin_component_is_tested_by_name() -> None:
+    tests = "".join(p.read_text(encoding="utf-8") for p in (REPO / "tests").glob("test_*.py"))
+    for component in BUILTIN_COMPONENTS:
+        assert component.name in tests, component.name
+        assert (component.__doc__ or "").strip(), component.name
