@@ -97,10 +97,30 @@ class SelectCompressor(Component):
                     for s in context.sources}
         kept: list[Kept] = []
         used = 0
-        seen_sources: set[str] = set()
+        for _ in range(2):  # the second pass fills what the estimates left over
+            used = self._greedy(ranked, kept, used, limit, headings, run)
+            segments = segments_for(context, kept)
+            while kept and (used := self._rendered_tokens(context, segments, run, markdown)) > limit:
+                kept.pop()  # estimates were off: drop the least valuable span
+                segments = segments_for(context, kept)
+        run.note("kept_chunks", len({k.chunk.id for k in kept}))
+        run.note("partial_chunks", sum(1 for k in kept if k.end - k.start < len(k.chunk.text)))
+        run.note("dropped_chunks", len(chunks) - len({k.chunk.id for k in kept}))
+        run.note("budget", limit)
+        return context.evolve(segments=segments)
+
+    def _greedy(self, ranked: list[Chunk], kept: list[Kept], used: int, limit: int,
+                headings: dict[str, int], run: Run) -> int:
+        """Add chunks (or their leading sentences) in rank order while the estimate fits."""
+        taken = {(k.chunk.source_id, k.chunk.index) for k in kept}
+        seen_sources = {k.chunk.source_id for k in kept}
         for chunk in ranked:
-            overhead = (4 if kept else 0) + (
-                0 if chunk.source_id in seen_sources else headings[chunk.source_id])
+            if (chunk.source_id, chunk.index) in taken:
+                continue
+            adjacent = {(chunk.source_id, chunk.index - 1), (chunk.source_id, chunk.index + 1)}
+            overhead = 0 if not kept or adjacent & taken else 4
+            if chunk.source_id not in seen_sources:
+                overhead += headings[chunk.source_id]
             room = limit - used - overhead
             if room <= 0:
                 continue
@@ -112,17 +132,10 @@ class SelectCompressor(Component):
                 item, cost = self._leading_sentences(chunk, room, run)
             if item is not None:
                 kept.append(item)
+                taken.add((chunk.source_id, chunk.index))
                 used += cost + overhead
                 seen_sources.add(chunk.source_id)
-        segments = segments_for(context, kept)
-        while kept and self._rendered_tokens(context, segments, run, markdown) > limit:
-            kept.pop()  # estimates were off (joins, merges): drop the least valuable span
-            segments = segments_for(context, kept)
-        run.note("kept_chunks", len({k.chunk.id for k in kept}))
-        run.note("partial_chunks", sum(1 for k in kept if k.end - k.start < len(k.chunk.text)))
-        run.note("dropped_chunks", len(chunks) - len({k.chunk.id for k in kept}))
-        run.note("budget", limit)
-        return context.evolve(segments=segments)
+        return used
 
     @staticmethod
     def _leading_sentences(chunk: Chunk, room: int, run: Run) -> tuple[Kept | None, int]:
