@@ -35,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="output format (json carries provenance)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write here (atomically), not stdout")
     parser.add_argument("--report", metavar="FILE", help="write the step reports as JSON")
+    parser.add_argument("--explain", action="store_true",
+                        help="print each chunk's scores, features and keep/drop decision instead of the text")
+    parser.add_argument("--fail-under", type=float, metavar="RETENTION",
+                        help="exit 1 when validate.loss retention is below this (a CI quality gate)")
     parser.add_argument("--check", action="store_true", help="validate the pipeline file and exit")
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved pipeline with defaults and exit")
@@ -47,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_intermixed_args(argv)
     try:
         return _main(args)
     except CompactorError as exc:
@@ -88,7 +92,7 @@ def _main(args: argparse.Namespace) -> int:
     context = pipeline.run(sources, query=args.query, budget=args.budget,
                            output_format=args.format, progress=progress)
     fmt = args.format or pipeline.spec.output["format"]
-    text = context.output or ""
+    text = explain(context) if args.explain else (context.output or "")
     if fmt != "json" and not text.endswith("\n"):
         text += "\n"
     if args.output:
@@ -98,7 +102,46 @@ def _main(args: argparse.Namespace) -> int:
     if args.report:
         write_atomic(Path(args.report), json.dumps(report_dict(context), indent=2,
                                                    ensure_ascii=False) + "\n")
+    if args.fail_under is not None:
+        return _quality_gate(context, args.fail_under)
     return 0
+
+
+def _quality_gate(context: Context, threshold: float) -> int:
+    reports = [r.details["validate.loss"] for r in context.reports
+               if not r.skipped and "validate.loss" in r.details]
+    if not reports:
+        raise ConfigError("--fail-under needs a validate.loss step in the pipeline")
+    retention = float(reports[-1]["retention"])
+    if retention < threshold:
+        print(f"compactor-run: quality gate failed: retention {retention:.3f} < {threshold:.3f} "
+              f"(level {reports[-1]['level']})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def explain(context: Context) -> str:
+    """Why each chunk was kept or dropped: its scores and the features behind them."""
+    decisions: dict[str, str] = {}
+    for report in context.reports:
+        decisions.update(report.details.get("decisions", {}))
+    kept = {cid for s in context.segments for cid in s.chunk_ids}
+    lines = [f"{len(context.chunks)} chunks, {len(kept)} kept; budget "
+             f"{context.resolved_budget()}, output {context.output_tokens} tokens"]
+    for chunk in context.chunks:
+        decision = decisions.get(chunk.id, "kept" if chunk.id in kept else "dropped")
+        scores = " ".join(f"{k.removeprefix('score.')}={v:.3f}" for k, v in sorted(chunk.scores.items()))
+        preview = chunk.text[:70].replace("\n", " ").strip()
+        lines.append(f"\n{chunk.id}  {decision}  tokens={chunk.tokens}  {scores}")
+        lines.append(f"    {preview!r}")
+        if chunk.labels:
+            lines.append(f"    labels: type={chunk.labels.get('type')} "
+                         f"confidence={chunk.labels.get('confidence')} "
+                         f"keywords={list(chunk.labels.get('keywords', []))}")
+        for name, features in sorted(chunk.features.items()):
+            shown = ", ".join(f"{k}={v}" for k, v in features.items() if v not in (None, [], 0))
+            lines.append(f"    {name}: {shown or '-'}")
+    return "\n".join(lines)
 
 
 def report_dict(context: Context) -> dict[str, object]:

@@ -75,7 +75,9 @@ def compactor_validate(context: Context, run: Run) -> Mapping[str, Any] | None:
     """Return a report (e.g. `{"level": "minimal", "retention": 0.93, "passed": True}`).
 
     Every component of the step contributes; reports are visible to later `when:` conditions as
-    `<component name>.<key>`.
+    `<component name>.<key>`. A report with `retry: {...}` asks the pipeline to run the last
+    compress step again with those entries merged into `context.meta` (e.g. `budget_share`); the
+    pipeline allows a bounded number of retries per run.
     """
 
 

@@ -21,6 +21,8 @@ from compactor.run import Run, StepRecord
 from compactor.tokens import TokenCounter, get_counter
 
 Progress = Callable[[int, int, str], None]
+#: Upper bound on validator-requested re-compressions in one run, whatever validators ask.
+MAX_RETRIES = 5
 SHIPPED_PACKAGE = "compactor.pipelines"
 
 
@@ -129,10 +131,24 @@ class Pipeline:
         steps = list(self.spec.steps)
         explicit_render = any(s.stage == "render" for s in steps)
         total = len(steps) + (0 if explicit_render else 1)
-        for position, step in enumerate(steps):
+        position = 0
+        retries = 0
+        before_compress: tuple[int, Context] | None = None
+        while position < len(steps):
+            step = steps[position]
             if progress:
                 progress(position, total, step.label)
+            if step.stage == "compress":
+                before_compress = (position, context)
             context = self._run_step(step, context, run)
+            retry = self._retry_request(step, run) if step.stage == "validate" else None
+            if retry and before_compress is not None and retries < MAX_RETRIES:
+                retries += 1
+                position, snapshot = before_compress
+                context = snapshot.evolve(reports=context.reports,
+                                          meta=frozen_mapping({**snapshot.meta, **retry}))
+                continue
+            position += 1
         if not explicit_render or output_format:
             if progress:
                 progress(total - 1, total, f"render.{fmt}")
@@ -171,6 +187,15 @@ class Pipeline:
         elif isinstance(budget, Budget):
             context = context.evolve(budget=budget)
         return context
+
+    @staticmethod
+    def _retry_request(step: StepSpec, run: Run) -> Mapping[str, Any] | None:
+        """A validator asks for another compression by returning `retry: {meta updates}`."""
+        for info, _ in step.components:
+            retry = run.results.get(info.name, {}).get("retry")
+            if isinstance(retry, Mapping):
+                return retry
+        return None
 
     def _lookup(self, context: Context, run: Run) -> Callable[[str], Any]:
         values: dict[str, Any] = {

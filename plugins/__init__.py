@@ -7,9 +7,12 @@ from collections.abc import Callable
 from compactor.components import Component
 from compactor.hookspecs import hookimpl
 from compactor.plugins.chunkers import ParagraphChunker, SentenceChunker, TokenChunker
+from compactor.plugins.classify import RuleClassifier
 from compactor.plugins.cleaners import DedupeCleaner, HtmlCleaner, NormalizeCleaner
 from compactor.plugins.render import JsonRenderer, MarkdownRenderer, TextRenderer
+from compactor.plugins.scorers import DensityScorer, ImportanceScorer, RecencyScorer, RelevanceScorer
 from compactor.plugins.select import SelectCompressor
+from compactor.plugins.validate import LossValidator, RatioController
 
 BUILTIN_COMPONENTS: tuple[type[Component], ...] = (
     NormalizeCleaner,
@@ -18,7 +21,14 @@ BUILTIN_COMPONENTS: tuple[type[Component], ...] = (
     TokenChunker,
     SentenceChunker,
     ParagraphChunker,
+    RuleClassifier,
+    DensityScorer,
+    RelevanceScorer,
+    ImportanceScorer,
+    RecencyScorer,
     SelectCompressor,
+    LossValidator,
+    RatioController,
     TextRenderer,
     MarkdownRenderer,
     JsonRenderer,

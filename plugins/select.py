@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Literal
 
 from compactor.components import Component
-from compactor.document import Chunk, Context, Segment, Source
+from compactor.document import Chunk, Context, Segment, Source, frozen_mapping
 from compactor.hookspecs import hookimpl
 from compactor.plugins.chunking import safe_pieces
+from compactor.plugins.textstats import terms
 from compactor.run import Run
 from compactor.sentences import split_sentences
 
@@ -59,12 +61,42 @@ def segments_for(context: Context, kept: list[Kept]) -> tuple[Segment, ...]:
     return tuple(segments)
 
 
+def _similarity(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a or not b:
+        return 0.0
+    return len(a & b) / min(len(a), len(b))
+
+
+def mmr_order(chunks: list[Chunk], value: dict[str, float], redundancy: float) -> list[Chunk]:
+    """Chunks by maximal marginal relevance: value minus `redundancy` x the strongest overlap with
+    an already ranked chunk (lazy greedy over a heap, so only contenders are re-scored)."""
+    if redundancy <= 0:
+        return sorted(chunks, key=lambda c: (-value[c.id], c.source_id, c.index))
+    term_sets = {c.id: frozenset(terms(c.text)) for c in chunks}
+    heap = [(-value[c.id], c.source_id, c.index, c.id, 0, 0.0) for c in chunks]
+    heapq.heapify(heap)
+    by_id = {c.id: c for c in chunks}
+    ranked: list[Chunk] = []
+    while heap:
+        _, sid, idx, cid, seen, overlap = heapq.heappop(heap)
+        if seen < len(ranked):  # stale: re-score against what was ranked since
+            overlap = max([overlap, *(_similarity(term_sets[cid], term_sets[r.id])
+                                      for r in ranked[seen:])])
+            current = value[cid] * (1 - redundancy * overlap)
+            heapq.heappush(heap, (-current, sid, idx, cid, len(ranked), overlap))
+            continue
+        ranked.append(by_id[cid])
+    return ranked
+
+
 class SelectCompressor(Component):
     """Keeps chunks by value within the budget and preserves their order.
 
-    Value is the `combined` score when scorers ran, else position (earlier first). When a chunk
-    does not fit whole, its leading sentences that fit are kept, so the budget is used closely.
-    Overlapping kept chunks are merged so no text repeats.
+    Value is the `combined` score when scorers ran, else position (earlier first); near-repeats of
+    what is already kept are penalised (MMR, `redundancy`). When a chunk does not fit whole, its
+    sentences that fit are kept (the most query-relevant ones when there is a query, else the
+    leading ones), so the budget is used closely. Overlapping kept chunks are merged so no text
+    repeats. `share` (or a `validate.ratio` retry) uses only part of the budget.
     """
 
     name = "compress.select"
@@ -73,10 +105,22 @@ class SelectCompressor(Component):
     provides = ("segments",)
 
     def __init__(self, *, order: Literal["score", "position"] = "score",
-                 max_tokens: int | None = None, partial: bool = True) -> None:
+                 max_tokens: int | None = None, partial: bool = True, redundancy: float = 0.5,
+                 share: float = 1.0) -> None:
         self.order = order
         self.max_tokens = max_tokens
         self.partial = partial
+        self.redundancy = redundancy
+        self.share = share
+
+    @staticmethod
+    def check_params(params: dict[str, object]) -> list[str]:
+        problems = []
+        if not 0 < params["share"] <= 1:  # type: ignore[operator]
+            problems.append("share must be in (0, 1]")
+        if not 0 <= params["redundancy"] <= 1:  # type: ignore[operator]
+            problems.append("redundancy must be in [0, 1]")
+        return problems
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
@@ -87,18 +131,21 @@ class SelectCompressor(Component):
         if limit is None:
             return context.evolve(segments=segments_for(
                 context, [Kept(c, c.start, c.end) for c in chunks]))
+        share = float(context.meta.get("budget_share", self.share))
+        limit = max(1, int(limit * share))
         if self.order == "score" and any("combined" in c.scores for c in chunks):
-            ranked = sorted(chunks, key=lambda c: (-c.scores.get("combined", 0.0), c.source_id,
-                                                   c.index))
+            value = {c.id: c.scores.get("combined", 0.0) for c in chunks}
+            ranked = mmr_order(chunks, value, self.redundancy)
         else:
             ranked = chunks
+        query_terms = frozenset(terms(context.query)) if context.query else frozenset()
         markdown = run.settings.get("output", {}).get("format") == "markdown"
         headings = {s.id: run.counter.count(source_heading(s)) if markdown else 0
                     for s in context.sources}
         kept: list[Kept] = []
         used = 0
         for _ in range(2):  # the second pass fills what the estimates left over
-            used = self._greedy(ranked, kept, used, limit, headings, run)
+            used = self._greedy(ranked, kept, used, limit, headings, query_terms, run)
             segments = segments_for(context, kept)
             while kept and (used := self._rendered_tokens(context, segments, run, markdown)) > limit:
                 kept.pop()  # estimates were off: drop the least valuable span
@@ -107,10 +154,17 @@ class SelectCompressor(Component):
         run.note("partial_chunks", sum(1 for k in kept if k.end - k.start < len(k.chunk.text)))
         run.note("dropped_chunks", len(chunks) - len({k.chunk.id for k in kept}))
         run.note("budget", limit)
-        return context.evolve(segments=segments)
+        run.note("share", share)
+        rank = {c.id: i for i, c in enumerate(ranked)}
+        kept_ids = {k.chunk.id for k in kept}
+        run.note("decisions", {c.id: (f"kept (rank {rank[c.id] + 1})" if c.id in kept_ids else
+                                      f"dropped (rank {rank[c.id] + 1}, no room left)")
+                               for c in chunks})
+        return context.evolve(segments=segments,
+                              meta=frozen_mapping({**context.meta, "budget_share": share}))
 
     def _greedy(self, ranked: list[Chunk], kept: list[Kept], used: int, limit: int,
-                headings: dict[str, int], run: Run) -> int:
+                headings: dict[str, int], query_terms: frozenset[str], run: Run) -> int:
         """Add chunks (or their leading sentences) in rank order while the estimate fits."""
         taken = {(k.chunk.source_id, k.chunk.index) for k in kept}
         seen_sources = {k.chunk.source_id for k in kept}
@@ -129,7 +183,7 @@ class SelectCompressor(Component):
             if chunk.tokens <= room:
                 item = Kept(chunk, chunk.start, chunk.end)
             elif self.partial:
-                item, cost = self._leading_sentences(chunk, room, run)
+                item, cost = self._best_sentences(chunk, room, query_terms, run)
             if item is not None:
                 kept.append(item)
                 taken.add((chunk.source_id, chunk.index))
@@ -138,17 +192,31 @@ class SelectCompressor(Component):
         return used
 
     @staticmethod
-    def _leading_sentences(chunk: Chunk, room: int, run: Run) -> tuple[Kept | None, int]:
+    def _best_sentences(chunk: Chunk, room: int, query_terms: frozenset[str],
+                        run: Run) -> tuple[Kept | None, int]:
+        """The chunk's sentences that fit `room`: a contiguous run, the leading one without a query,
+        else the window holding the most query terms."""
         spans = safe_pieces(chunk.text, split_sentences(chunk.text))
         counts = run.counter.count_many([chunk.text[s:e] for s, e in spans])
-        total, end = 0, 0
-        for (_, stop), count in zip(spans, counts, strict=True):
-            if total + count > room:
+        best: tuple[float, int, int, int] | None = None  # gain, first, last + 1, tokens
+        for first in range(len(spans)):
+            total, last = 0, first
+            while last < len(spans) and total + counts[last] <= room:
+                total += counts[last]
+                last += 1
+            if last == first:
+                continue
+            if not query_terms:
+                best = (0.0, first, last, total)
                 break
-            total, end = total + count, stop
-        if end == 0:
+            found = frozenset(terms(chunk.text[spans[first][0]:spans[last - 1][1]]))
+            gain = len(found & query_terms) - 0.01 * first
+            if best is None or gain > best[0]:
+                best = (gain, first, last, total)
+        if best is None:
             return None, 0
-        return Kept(chunk, chunk.start, chunk.start + end), total
+        _, first, last, total = best
+        return Kept(chunk, chunk.start + spans[first][0], chunk.start + spans[last - 1][1]), total
 
     @staticmethod
     def _rendered_tokens(context: Context, segments: tuple[Segment, ...], run: Run,

@@ -1,0 +1,411 @@
+"""Checks that generated text invents nothing: numbers, dates, URLs, emails and names not in the source.
+
+An LLM summary is only accepted when every hard fact it states can be found in what it was given. The
+checks are rules, cheap and deterministic, tuned to avoid false alarms on faithful paraphrases:
+"61,000" matches "61000", "3.50" matches "3.5", "45%" matches "45" or "0.45", "1.2 million" matches
+"1,200,000", "March 14, 2026" matches "14 March 2026" or "2026-03-14", and a name is present when every
+one of its words occurs in the source (case-insensitive). Sentence-initial capitalised words ("The",
+"However") are not names. Chinese text: Arabic and simple Chinese numerals, 年/月/日 dates, quoted
+terms (“…” 「…」 《…》) and Latin-script names inside Chinese sentences.
+
+    >>> invented_facts("Revenue rose 12% to $4.1 million.", "Revenue grew by 12 percent to 4,100,000")
+    []
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+import regex
+
+__all__ = ["Finding", "find_invented", "invented_facts"]
+
+# -- patterns -------------------------------------------------------------------------------------
+
+_CJK = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}"
+_CJK_CHAR = regex.compile(f"[{_CJK}]")
+_URL = regex.compile(r"(?i)\b(?:https?://|www\.)[^\s<>\"'“”‘’（）()\[\]{}，。；！？、]+")
+_EMAIL = regex.compile(r"(?i)\b[a-z0-9][a-z0-9._%+-]*@[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}\b")
+# Numbers not glued to Latin letters/digits: "61,000", "3.5", "45%", "14th"; not the "4" of "v4" or "x86".
+_NUMBER = regex.compile(
+    r"(?<![A-Za-z0-9_.,])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:st|nd|rd|th)?(?![A-Za-z0-9_]|\.\d|,\d{3})"
+    r"(?:\s*(?P<scale>thousand|million|billion|trillion|[万亿千])(?![A-Za-z]))?"
+    r"(?P<pct>\s*(?:%|％|percent\b|per\s+cent\b))?",
+    regex.IGNORECASE,
+)
+_LIST_MARKER = regex.compile(r"(?m)^[ \t]*(?:[-*•+][ \t]+)?\(?\d{1,2}[.)、][ \t]+")
+_ZH_DIGITS = "零〇一二两三四五六七八九"
+_ZH_NUMERAL = regex.compile(rf"(?:百分之)?[{_ZH_DIGITS}十百千万亿]+")
+_MONTHS = {
+    "jan": 1, "feb": 2, "mar": 3, "apr": 4, "may": 5, "jun": 6, "jul": 7, "aug": 8, "sep": 9,
+    "oct": 10, "nov": 11, "dec": 12,
+}
+_MONTH = (r"(?P<{g}>Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
+          r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?")
+_ORD = r"(?:st|nd|rd|th)?"
+_DATE = regex.compile(
+    "|".join([
+        r"(?P<iy>\d{4})[-/.](?P<im>\d{1,2})[-/.](?P<id>\d{1,2})(?!\d)",
+        _MONTH.format(g="m1") + rf"\s+(?P<d1>\d{{1,2}}){_ORD},?\s+(?P<y1>\d{{4}})(?!\d)",
+        rf"(?P<d2>\d{{1,2}}){_ORD}\s+(?:of\s+)?" + _MONTH.format(g="m2") + r",?\s+(?P<y2>\d{4})(?!\d)",
+        _MONTH.format(g="m3") + r",?\s+(?P<y3>\d{4})(?!\d)",
+        _MONTH.format(g="m4") + rf"\s+(?P<d4>\d{{1,2}}){_ORD}(?![\d:])",
+        rf"(?P<d5>\d{{1,2}}){_ORD}\s+(?:of\s+)?" + _MONTH.format(g="m5") + r"\b",
+        r"(?P<zy>\d{4})\s*年\s*(?P<zm>\d{1,2})\s*月(?:\s*(?P<zd>\d{1,2})\s*[日号])?",
+        r"(?<!\d)(?P<zm2>\d{1,2})\s*月\s*(?P<zd2>\d{1,2})\s*[日号]",
+    ]),
+)
+_WORD = regex.compile(r"[A-Za-z][A-Za-z0-9]*(?:['’][A-Za-z]+)?(?:[-_][A-Za-z0-9]+)*")
+_IDENTIFIER = regex.compile(r"(?<![\w.])[A-Za-z_][A-Za-z0-9]*_[A-Za-z0-9_]*(?![\w])")
+_ALNUM = regex.compile(r"[a-z0-9]+")
+_QUOTED = regex.compile(r"“([^”\n]{1,24})”|「([^」\n]{1,24})」|『([^』\n]{1,24})』|《([^》\n]{1,40})》"
+                        r"|\"([^\"\n]{1,24})\"")
+_CONNECTORS = frozenset({"of", "de", "van", "von", "der", "den", "la", "le", "du", "da", "di", "del", "&"})
+# Capitalised words that are not names even mid-sentence, and words that start sentences.
+_ORDINARY_TEXT = """
+a an the this that these those it its i we you he she they our your their my his her
+in on at to for of by with from as into about over under after before during between
+and or but nor so yet if then than when while where which who whom whose what why how
+however therefore moreover furthermore meanwhile overall also although though because since
+thus hence instead still yes no not all some many most more less few each every both either neither
+there here today yesterday tomorrow first second third finally next last
+mon monday tue tuesday wed wednesday thu thursday fri friday sat saturday sun sunday
+january february march april may june july august september october november december
+note summary source sources answer question key main
+mr mrs ms dr prof st jr sr mt
+"""
+_ORDINARY = frozenset(_ORDINARY_TEXT.split())
+_INITIAL_AFTER = set(".!?:;\"“”'‘’([{<-–—*•#>|…。！？；：、，")
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One item of the output that the source does not contain."""
+
+    kind: str  # number | date | url | email | name | term
+    text: str
+    start: int
+
+
+# -- public API -------------------------------------------------------------------------------------
+
+
+def invented_facts(output: str, source: str) -> list[str]:
+    """Numbers, dates, URLs, emails and names in `output` that are not in `source` (sorted, unique)."""
+    return sorted({f.text for f in find_invented(output, source)})
+
+
+def find_invented(output: str, source: str) -> list[Finding]:
+    """Like `invented_facts`, with the kind and position of each finding, in output order."""
+    facts = _SourceFacts(source)
+    text = output
+    findings: list[Finding] = []
+
+    for match in _URL.finditer(text):
+        url = _trim(match.group())
+        if _norm_url(url) not in facts.urls and _norm_url(url) not in facts.lower:
+            findings.append(Finding("url", url, match.start()))
+    text = _mask(text, _URL)
+    for match in _EMAIL.finditer(text):
+        if match.group().lower() not in facts.emails:
+            findings.append(Finding("email", match.group(), match.start()))
+    text = _mask(text, _EMAIL)
+    for match in _DATE.finditer(text):
+        if not facts.has_date(_date_key(match)):
+            findings.append(Finding("date", match.group().strip(), match.start()))
+    text = _mask(text, _DATE)
+    text = _mask(text, _LIST_MARKER)
+    for match in _NUMBER.finditer(text):
+        if not any(v in facts.numbers for v in _number_values(match)):
+            findings.append(Finding("number", match.group().strip(), match.start()))
+    for match in _ZH_NUMERAL.finditer(text):
+        value = _zh_numeral_checked(match.group())
+        if value is not None and _decimal_key(value) not in facts.numbers:
+            findings.append(Finding("number", match.group(), match.start()))
+    findings += _names(text, facts)
+    findings.sort(key=lambda f: f.start)
+    return findings
+
+
+# -- the source side --------------------------------------------------------------------------------
+
+
+class _SourceFacts:
+    """Everything an output item may be matched against, normalised once per source."""
+
+    def __init__(self, source: str) -> None:
+        self.lower = source.lower()
+        self.squashed = "".join(_ALNUM.findall(self.lower))
+        self.urls = {_norm_url(_trim(m.group())) for m in _URL.finditer(source)}
+        self.emails = {m.group().lower() for m in _EMAIL.finditer(source)}
+        self.dates = [_date_key(m) for m in _DATE.finditer(source)]
+        self.numbers: set[str] = set()
+        for match in _NUMBER.finditer(source):
+            self.numbers.update(_number_values(match))
+        for match in regex.finditer(r"\d+(?:\.\d+)?", source):  # digits inside ids, versions, dates
+            self.numbers.add(_decimal_key(Decimal(match.group())))
+        for match in _ZH_NUMERAL.finditer(source):
+            value = _zh_numeral(match.group().removeprefix("百分之"))
+            if value is not None:
+                self.numbers.add(_decimal_key(value))
+                if match.group().startswith("百分之"):
+                    self.numbers.add(_decimal_key(value / 100))
+        self.words = set(_ALNUM.findall(self.lower))
+        #: words the source writes in lower case somewhere, i.e. ordinary words, not names
+        self.lower_words = set(regex.findall(r"(?<![A-Za-z])[a-z][a-z0-9]*(?![A-Za-z0-9])", source))
+        self.text_norm = regex.sub(r"\s+", "", self.lower)
+
+    def has_date(self, key: tuple[int | None, int | None, int | None]) -> bool:
+        return any(all(o is None or o == s for o, s in zip(key, date, strict=True))
+                   for date in self.dates)
+
+    def has_name(self, name: str) -> bool:
+        tokens = _ALNUM.findall(name.lower())
+        if not tokens:
+            return True
+        if all(self._has_word(t) for t in tokens):
+            return True
+        squashed = "".join(tokens)
+        return len(squashed) >= 5 and squashed in self.squashed  # "Open AI" vs "OpenAI"
+
+    def _has_word(self, token: str) -> bool:
+        if token in self.words:
+            return True
+        # plurals and possessives: "APIs" vs "API", "Alice's" is split into "alice" + "s"
+        return token == "s" or (len(token) > 3 and token.endswith("s") and token[:-1] in self.words)
+
+    def has_term(self, term: str) -> bool:
+        return regex.sub(r"\s+", "", term.lower()) in self.text_norm
+
+
+# -- numbers --------------------------------------------------------------------------------------
+
+_SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12, "千": 3, "万": 4, "亿": 8}
+
+
+def _decimal_key(value: Decimal) -> str:
+    """Canonical text of a number: no separators, no trailing zeros ("3.50" -> "3.5", "03" -> "3")."""
+    text = format(value.normalize(), "f")
+    return text if text != "-0" else "0"
+
+
+def _number_values(match: regex.Match[str]) -> set[str]:
+    """The values a number match stands for: as written, scaled ("1.2 million"), and as a fraction
+    for percentages ("45%" also matches "0.45")."""
+    raw = regex.match(r"[\d,]+(?:\.\d+)?", match.group()).group().replace(",", "")  # type: ignore[union-attr]
+    try:
+        value = Decimal(raw)
+    except InvalidOperation:  # pragma: no cover - the pattern only matches digits
+        return set()
+    values = {value}
+    scale = match.group("scale")
+    if scale:
+        values.add(value.scaleb(_SCALES[scale.lower()]))
+    if match.group("pct"):
+        values.add(value / 100)  # "45%" is also "0.45", in either text
+    return {_decimal_key(v) for v in values}
+
+
+_ZH_VALUE = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7,
+             "八": 8, "九": 9}
+_ZH_UNIT = {"十": 10, "百": 100, "千": 1000}
+
+
+def _zh_numeral(text: str) -> Decimal | None:
+    """Value of a simple Chinese numeral ("三十五" 35, "两千零二十六" 2026, "三万" 30000), or None."""
+    if not text:
+        return None
+    if all(c in _ZH_VALUE for c in text) and len(text) > 1:  # digit by digit: "二〇二六"
+        return Decimal("".join(str(_ZH_VALUE[c]) for c in text))
+    total, section, digit = 0, 0, None
+    for char in text:
+        if char in _ZH_VALUE:
+            digit = _ZH_VALUE[char]
+        elif char in _ZH_UNIT:
+            section += (1 if digit is None else digit) * _ZH_UNIT[char]
+            digit = None
+        elif char in ("万", "亿"):
+            big = 10_000 if char == "万" else 100_000_000
+            total = (total + section + (digit or 0)) * big
+            section, digit = 0, None
+        else:  # pragma: no cover - the pattern admits nothing else
+            return None
+    return Decimal(total + section + (digit or 0))
+
+
+def _zh_numeral_checked(text: str) -> Decimal | None:
+    """Output-side Chinese numerals worth checking: clearly numbers ("三十五", "百分之五十"), not
+    words that merely contain numeral characters ("一些" is cut off before, "万一", "千万" skipped)."""
+    percent = text.startswith("百分之")
+    body = text.removeprefix("百分之")
+    if not body or (body[0] not in _ZH_DIGITS[2:] and body[0] != "十"):
+        return None
+    if not percent and (len(body) < 2 or not any(c in "十百千万亿" for c in body)):
+        return None
+    if body[0] == "十" and len(body) < 2:
+        return None
+    return _zh_numeral(body)
+
+
+# -- dates, urls ----------------------------------------------------------------------------------
+
+
+def _date_key(match: regex.Match[str]) -> tuple[int | None, int | None, int | None]:
+    """(year, month, day) of a date match, None for parts it does not state."""
+    groups = match.groupdict()
+
+    def num(name: str) -> int | None:
+        value = groups.get(name)
+        return int(value) if value else None
+
+    def month(name: str) -> int | None:
+        value = groups.get(name)
+        return _MONTHS[value[:3].lower()] if value else None
+
+    if groups.get("iy"):
+        return num("iy"), num("im"), num("id")
+    for i in "12345":
+        if groups.get(f"m{i}"):
+            return num(f"y{i}"), month(f"m{i}"), num(f"d{i}")
+    if groups.get("zy"):
+        return num("zy"), num("zm"), num("zd")
+    return None, num("zm2"), num("zd2")
+
+
+def _trim(url: str) -> str:
+    return url.rstrip(".,;:!?)]}>'\"")
+
+
+def _norm_url(url: str) -> str:
+    url = regex.sub(r"(?i)^https?://", "", url).lower()
+    return url.removeprefix("www.").rstrip("/")
+
+
+# -- names ----------------------------------------------------------------------------------------
+
+
+def _names(text: str, facts: _SourceFacts) -> list[Finding]:
+    """Capitalised names, acronyms, CamelCase/snake_case identifiers, Latin names in Chinese text,
+    and quoted Chinese terms, that the source lacks."""
+    findings: list[Finding] = []
+    for match in _IDENTIFIER.finditer(text):
+        word = regex.escape(match.group().lower())
+        if not regex.search(rf"(?<![\w.]){word}(?!\w)", facts.lower):
+            findings.append(Finding("name", match.group(), match.start()))
+    text = _mask(text, _IDENTIFIER)
+    if _CJK_CHAR.search(text):
+        for match in _QUOTED.finditer(text):
+            term = next(g for g in match.groups() if g is not None).strip()
+            if term and _CJK_CHAR.search(match.group()) and not facts.has_term(term):
+                findings.append(Finding("term", term, match.start()))
+    for line_start, line in _lines(text):
+        if line.lstrip().startswith("#"):
+            continue  # Markdown headings are title-cased by convention, not names
+        for start, words, zh in _runs(line):
+            name = _name_of(words, line, zh, facts)
+            if name is not None and not facts.has_name(name):
+                findings.append(Finding("name", name, line_start + start))
+    return findings
+
+
+def _lines(text: str) -> Iterable[tuple[int, str]]:
+    offset = 0
+    for line in text.splitlines(keepends=True):
+        yield offset, line
+        offset += len(line)
+
+
+def _runs(line: str) -> Iterable[tuple[int, list[tuple[int, str]], bool]]:
+    """Groups of adjacent name-like words (one space apart, "of"/"de"/... allowed inside)."""
+    words = [(m.start(), m.group()) for m in _WORD.finditer(line)]
+    run: list[tuple[int, str]] = []
+    run_zh = False
+
+    def flush() -> Iterable[tuple[int, list[tuple[int, str]], bool]]:
+        while run and run[-1][1].lower() in _CONNECTORS:
+            run.pop()
+        if run:
+            yield run[0][0], list(run), run_zh
+        run.clear()
+
+    for start, word in words:
+        zh = _beside_cjk(line, start, start + len(word))
+        likely = zh or _name_like(word)
+        connector = word.lower() in _CONNECTORS and bool(run)
+        joined = bool(run) and regex.fullmatch(r"[ \t]", line[run[-1][0] + len(run[-1][1]):start]) is not None
+        if run and not joined:
+            yield from flush()
+        if likely or (connector and joined):
+            if not run:
+                run_zh = zh
+            run_zh = run_zh or zh
+            run.append((start, word))
+        elif run:
+            yield from flush()
+    yield from flush()
+
+
+def _beside_cjk(line: str, start: int, end: int) -> bool:
+    """Whether a Latin word sits in Chinese text (the nearest non-space neighbour is CJK)."""
+    before = line[:start].rstrip()
+    after = line[end:].lstrip()
+    return bool(before and _CJK_CHAR.match(before[-1])) or bool(after and _CJK_CHAR.match(after[0]))
+
+
+def _name_like(word: str) -> bool:
+    letters = [c for c in word if c.isalpha()]
+    if not letters:
+        return False
+    return word[0].isupper() or any(c.isupper() for c in word[1:])  # Title, ACRONYM, camelCase, iPhone
+
+
+def _is_special(word: str) -> bool:
+    """Acronyms and CamelCase: names wherever they stand ("NASA", "OpenAI", "TokenCounter")."""
+    letters = "".join(c for c in word if c.isalpha())
+    if len(letters) >= 2 and letters.isupper():
+        return True
+    return any(c.isupper() for c in word[1:]) and any(c.islower() for c in word)
+
+
+def _initial(line: str, start: int) -> bool:
+    """Whether a word starts a sentence or clause (so its capital says nothing)."""
+    before = line[:start].rstrip()
+    if not before:
+        return True
+    if regex.search(r"(?:^|\s)\(?\d{1,2}[.)]$", before):
+        return True
+    return before[-1] in _INITIAL_AFTER
+
+
+def _name_of(words: list[tuple[int, str]], line: str, zh: bool, facts: _SourceFacts) -> str | None:
+    """The name a run of words stands for, after dropping ordinary sentence-initial words."""
+    if zh:
+        kept = [w for _, w in words if len(w) > 1 or w.isupper()]
+        return " ".join(kept) if kept and any(w.lower() not in _ORDINARY for w in kept) else None
+    items = list(words)
+    initial = _initial(line, items[0][0])
+    while items and items[0][1].lower() in _ORDINARY and not _is_special(items[0][1]):
+        items.pop(0)
+        initial = True
+    while items and items[0][1].lower() in _CONNECTORS:
+        items.pop(0)
+    if not items:
+        return None
+    first = items[0][1]
+    if initial and not _is_special(first):
+        if len(items) == 1:
+            return None  # "However", "Revenue", "Alice" at a sentence start: cannot tell, keep quiet
+        if first.lower() in facts.lower_words:
+            items.pop(0)  # an ordinary word the source uses in lower case: "Revenue Growth"
+    if len(items) == 1 and len(items[0][1]) == 1:
+        return None  # "I", "A"
+    if len(items) == 1 and items[0][1].lower() in _ORDINARY:
+        return None
+    return " ".join(w for _, w in items)
+
+
+def _mask(text: str, pattern: regex.Pattern[str]) -> str:
+    """Blank out matches (same length, so offsets stay valid) so later checks skip them."""
+    return pattern.sub(lambda m: " " * len(m.group()), text)

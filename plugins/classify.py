@@ -1,0 +1,135 @@
+"""classify.rules: content type, technical level, actionability and language per chunk.
+
+The pattern tables are data (`data/classify.yaml`, English and Chinese); a pipeline may point
+`patterns:` at its own file with the same shape. Scores are weighted matches per 100 tokens, so a long
+chunk does not win by length alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import regex
+import yaml
+
+from compactor.components import Component
+from compactor.document import Context
+from compactor.hookspecs import hookimpl
+from compactor.run import Run
+from compactor.sentences import detect_lang
+
+CONTENT_TYPES = ("technical_specification", "code_implementation", "error_information",
+                 "user_interaction", "workflow_status", "documentation", "general")
+
+
+@dataclass(frozen=True, slots=True)
+class Tables:
+    """Compiled pattern tables."""
+
+    min_score: float
+    types: dict[str, list[tuple[regex.Pattern[str], float]]]
+    levels: dict[str, regex.Pattern[str]]
+    actionability: dict[str, regex.Pattern[str]]
+
+
+def _compile(pattern: str, english: bool) -> regex.Pattern[str]:
+    flags = regex.IGNORECASE | regex.MULTILINE if english else regex.MULTILINE
+    return regex.compile(pattern, flags)
+
+
+@functools.cache
+def load_tables(path: str | None = None) -> Tables:
+    """Read and compile a pattern table file (the shipped one when `path` is None)."""
+    if path is None:
+        text = importlib.resources.files("compactor.plugins").joinpath(
+            "data", "classify.yaml").read_text(encoding="utf-8")
+    else:
+        text = Path(path).read_text(encoding="utf-8")
+    data: Mapping[str, Any] = yaml.safe_load(text)
+    types = {
+        name: [(_compile(p, lang == "en"), float(w)) for lang in ("en", "zh")
+               for p, w in (spec.get(lang) or {}).items()]
+        for name, spec in data["types"].items()
+    }
+    levels = {name: _compile(f"{spec['en']}|{spec['zh']}", True)
+              for name, spec in data["technical_level"].items()}
+    action = {name: _compile(f"{spec['en']}|{spec['zh']}", True)
+              for name, spec in data["actionability"].items()}
+    return Tables(float(data.get("min_score", 1.0)), types, levels, action)
+
+
+def classify_text(text: str, tokens: int, tables: Tables) -> dict[str, Any]:
+    """Labels for one text: type, confidence, keywords, technical level, actionability, language."""
+    per_100 = 100.0 / max(tokens, 20)
+    scores: dict[str, float] = {}
+    keywords: dict[str, list[str]] = {}
+    for name, patterns in tables.types.items():
+        total, found = 0.0, []
+        for pattern, weight in patterns:
+            matches = pattern.findall(text)
+            if matches:
+                total += weight * len(matches)
+                found.extend(m if isinstance(m, str) else m[0] for m in matches[:3])
+        if total:
+            scores[name] = total * per_100
+            keywords[name] = sorted({k.strip().lower() for k in found if len(k.strip()) > 1})[:8]
+    best = max(scores, key=lambda k: scores[k]) if scores else "general"
+    if best != "general" and scores[best] < tables.min_score:
+        best = "general"
+    ranked = sorted(scores.values(), reverse=True)
+    if best == "general":
+        confidence = 0.5
+    else:
+        margin = (ranked[0] - (ranked[1] if len(ranked) > 1 else 0.0)) / ranked[0]
+        confidence = round(0.4 + 0.3 * margin + 0.3 * min(1.0, ranked[0] / 20), 3)
+    level_hits = {name: len(p.findall(text)) for name, p in tables.levels.items()}
+    if level_hits.get("advanced", 0) >= 1:
+        level = "advanced"
+    elif level_hits.get("intermediate", 0) >= 1:
+        level = "intermediate"
+    else:
+        level = "basic"
+    action_hits = {name: len(p.findall(text)) for name, p in tables.actionability.items()}
+    if action_hits.get("actionable", 0) > action_hits.get("historical", 0):
+        actionability = "actionable"
+    elif action_hits.get("historical", 0):
+        actionability = "historical"
+    else:
+        actionability = "informational"
+    return {
+        "type": best,
+        "confidence": confidence,
+        "keywords": keywords.get(best, []),
+        "type_scores": {k: round(v, 3) for k, v in sorted(scores.items())},
+        "technical_level": level,
+        "actionability": actionability,
+        "language": detect_lang(text),
+    }
+
+
+class RuleClassifier(Component):
+    """Labels each chunk with its content type (with confidence and the matched keywords),
+    technical level, actionability and language, from English and Chinese pattern tables."""
+
+    name = "classify.rules"
+    stage = "classify"
+    requires = ("chunks",)
+    provides = ("labels",)
+
+    def __init__(self, *, patterns: str | None = None) -> None:
+        self.patterns = patterns
+        self.tables = load_tables(patterns)
+
+    @hookimpl
+    def compactor_classify(self, context: Context, run: Run) -> dict[str, dict[str, Any]]:
+        labels = {c.id: classify_text(c.text, c.tokens, self.tables) for c in context.chunks}
+        counts: dict[str, int] = {}
+        for item in labels.values():
+            counts[item["type"]] = counts.get(item["type"], 0) + 1
+        run.note("types", dict(sorted(counts.items())))
+        return labels

@@ -1,0 +1,290 @@
+"""score.density, score.relevance, score.importance, score.recency: every score in [0, 1], with the
+features that produced it (shown by `compactor-run --explain`)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+import regex
+
+from compactor.components import Component, ScoreSet
+from compactor.document import Chunk, Context
+from compactor.hookspecs import hookimpl
+from compactor.plugins import textstats as ts
+from compactor.run import Run
+
+_BOILERPLATE = regex.compile(
+    r"\b(?:click here|read more|subscribe|sign up|log in|cookie|privacy policy|terms of (?:use|service)|"
+    r"all rights reserved|share (?:this|on)|follow us|advertisement|newsletter|related (?:posts|articles)|"
+    r"skip to (?:main )?content)\b|版权所有|点击|订阅|登录|注册|相关阅读|分享到|广告|免责声明",
+    regex.IGNORECASE,
+)
+_CRITICAL = regex.compile(
+    r"\b(?:critical|fatal|error|exception|failed|failure|must|required|security|vulnerab\w*|breaking|"
+    r"deadline|blocker|warning|do not|never|always|important|urgent|data loss)\b"
+    r"|错误|异常|失败|必须|严重|关键|安全|漏洞|警告|不要|禁止|重要|紧急|截止",
+    regex.IGNORECASE,
+)
+_WHEN = regex.compile(r"^\s*(?:when|what year|in (?:what|which) year|what date|how long ago)\b"
+                      r"|何时|什么时候|哪一年|哪年|几月|哪天|多久", regex.IGNORECASE)
+_HOW_MANY = regex.compile(r"\b(?:how (?:many|much|long|old|far|big|tall)|what (?:percentage|number|"
+                          r"amount)|population|cost|price)\b|多少|几个|几位|多大|多长|多高|多远|百分之",
+                          regex.IGNORECASE)
+_WHO = regex.compile(r"^\s*(?:who|whom|whose|which (?:person|company|team|band|actor|player|author))\b"
+                     r"|谁|哪位|哪个人|什么人", regex.IGNORECASE)
+
+
+def _chunk_terms(chunks: Sequence[Chunk]) -> list[list[str]]:
+    return [ts.terms(c.text) for c in chunks]
+
+
+class DensityScorer(Component):
+    """Information per token: numbers, dates, units, names, identifiers and content words count for;
+    boilerplate (cookie banners, "read more", 版权所有) counts against."""
+
+    name = "score.density"
+    stage = "score"
+    requires = ("chunks",)
+    provides = ("scores",)
+
+    @hookimpl
+    def compactor_score(self, context: Context, run: Run) -> ScoreSet:
+        values: dict[str, float] = {}
+        features: dict[str, dict[str, Any]] = {}
+        for chunk in context.chunks:
+            text = chunk.text
+            tokens = max(chunk.tokens, 1)
+            found = {
+                "numbers": len(ts.NUMBER.findall(text)),
+                "dates": len(ts.DATE.findall(text)),
+                "units": len(ts.UNIT.findall(text)),
+                "entities": len(ts.entities(text)),
+                "identifiers": len(ts.IDENTIFIER.findall(text)) + len(ts.URL.findall(text)),
+            }
+            words = ts.words(text)
+            content = len(ts.terms(text))
+            content_ratio = min(1.0, content / max(len(words), 1))
+            facts_per_100 = 100.0 * sum(found.values()) / tokens
+            boiler = len(_BOILERPLATE.findall(text))
+            penalty = min(0.8, 0.25 * boiler)
+            score = (0.55 * min(1.0, facts_per_100 / 12.0) + 0.45 * content_ratio) * (1 - penalty)
+            values[chunk.id] = round(score, 4)
+            features[chunk.id] = {**found, "content_ratio": round(content_ratio, 3),
+                                  "facts_per_100_tokens": round(facts_per_100, 2),
+                                  "boilerplate_hits": boiler}
+        return ScoreSet(self.name, values, features)
+
+
+def bm25_scores(docs: Sequence[Sequence[str]], query: Sequence[str], k1: float,
+                b: float) -> tuple[list[float], dict[str, float]]:
+    """Okapi BM25 of every document for the query terms; also returns the idf of query terms."""
+    n = len(docs)
+    if not n or not query:
+        return [0.0] * n, {}
+    qset = set(query)
+    df: Counter[str] = Counter()
+    for doc in docs:
+        df.update(qset.intersection(doc))
+    avgdl = sum(len(d) for d in docs) / n or 1.0
+    idf = {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in qset}
+    qcount = Counter(query)
+    scores = []
+    for doc in docs:
+        if not doc:
+            scores.append(0.0)
+            continue
+        tf = Counter(t for t in doc if t in qset)
+        norm = k1 * (1 - b + b * len(doc) / avgdl)
+        scores.append(sum(idf[t] * f * (k1 + 1) / (f + norm) * (1 + 0.2 * (qcount[t] - 1))
+                          for t, f in tf.items()))
+    return scores, idf
+
+
+class RelevanceScorer(Component):
+    """BM25 against the query (Snowball stems and stop words for English, character bigrams for
+    Chinese), blended with the relevance of the chunk's whole source and of its neighbours, and lifted
+    when the chunk holds what the question asks for (a date for "when", a number for "how many",
+    a name for "who"). Without a query it abstains."""
+
+    name = "score.relevance"
+    stage = "score"
+    requires = ("chunks",)
+    provides = ("scores",)
+
+    def __init__(self, *, k1: float = 1.2, b: float = 0.75, source_weight: float = 0.25,
+                 neighbor_weight: float = 0.15, answer_type: bool = True) -> None:
+        self.k1 = k1
+        self.b = b
+        self.source_weight = source_weight
+        self.neighbor_weight = neighbor_weight
+        self.answer_type = answer_type
+
+    @hookimpl
+    def compactor_score(self, context: Context, run: Run) -> ScoreSet | None:
+        if not context.query or not context.query.strip():
+            run.note("abstained", "no query")
+            return None
+        query = ts.terms(context.query)
+        chunks = context.chunks
+        docs = _chunk_terms(chunks)
+        raw, idf = bm25_scores(docs, query, self.k1, self.b)
+        top = max(raw, default=0.0) or 1.0
+        base = [r / top for r in raw]
+        # source-level relevance: a passage about the asked entity matters even where a sentence
+        # says "he" instead of the name
+        by_source: dict[str, list[int]] = {}
+        for i, chunk in enumerate(chunks):
+            by_source.setdefault(chunk.source_id, []).append(i)
+        source_ids = list(by_source)
+        titles = {s.id: (s.title or "") for s in context.sources}
+        source_docs = [ts.terms(titles.get(sid, "")) * 2 + [t for i in by_source[sid] for t in docs[i]]
+                       for sid in source_ids]
+        source_raw, _ = bm25_scores(source_docs, query, self.k1, self.b)
+        source_top = max(source_raw, default=0.0) or 1.0
+        source_score = {sid: s / source_top for sid, s in zip(source_ids, source_raw, strict=True)}
+        kind = self._answer_kind(context.query) if self.answer_type else None
+        qset = set(query)
+        values: dict[str, float] = {}
+        features: dict[str, dict[str, Any]] = {}
+        for sid, members in by_source.items():
+            for pos, i in enumerate(members):
+                neighbours = [base[members[j]] for j in (pos - 1, pos + 1) if 0 <= j < len(members)]
+                near = max(neighbours, default=0.0)
+                value = ((1 - self.source_weight - self.neighbor_weight) * base[i]
+                         + self.source_weight * source_score[sid] + self.neighbor_weight * near)
+                has_kind = kind is not None and self._has_kind(kind, chunks[i].text)
+                if has_kind and (base[i] > 0 or source_score[sid] > 0.5):
+                    value = value + 0.15 * (1 - value)
+                matched = sorted(qset.intersection(docs[i]), key=lambda t: -idf.get(t, 0))
+                values[chunks[i].id] = round(min(1.0, value), 4)
+                features[chunks[i].id] = {"bm25": round(raw[i], 3), "source": round(source_score[sid], 3),
+                                          "neighbor": round(near, 3), "matched": matched[:8],
+                                          "answer_type": kind if has_kind else None}
+        run.note("query_terms", len(qset))
+        return ScoreSet(self.name, values, features)
+
+    @staticmethod
+    def _answer_kind(query: str) -> str | None:
+        if _WHEN.search(query):
+            return "date"
+        if _HOW_MANY.search(query):
+            return "number"
+        if _WHO.search(query):
+            return "name"
+        return None
+
+    @staticmethod
+    def _has_kind(kind: str, text: str) -> bool:
+        if kind == "date":
+            return bool(ts.DATE.search(text))
+        if kind == "number":
+            return bool(ts.NUMBER.search(text))
+        return bool(ts.NAME.search(text))
+
+
+class ImportanceScorer(Component):
+    """How much the rest depends on a chunk: criticality (errors, musts, warnings), dependency
+    (names and identifiers other chunks refer to), uniqueness (rare terms; near-duplicates score 0)
+    and actionability (from classify.rules when it ran)."""
+
+    name = "score.importance"
+    stage = "score"
+    requires = ("chunks",)
+    provides = ("scores",)
+
+    def __init__(self, *, criticality: float = 0.35, dependency: float = 0.2, uniqueness: float = 0.25,
+                 actionability: float = 0.2) -> None:
+        self.weights = {"criticality": criticality, "dependency": dependency,
+                        "uniqueness": uniqueness, "actionability": actionability}
+
+    @hookimpl
+    def compactor_score(self, context: Context, run: Run) -> ScoreSet:
+        chunks = context.chunks
+        docs = _chunk_terms(chunks)
+        n = len(chunks) or 1
+        df: Counter[str] = Counter()
+        for doc in docs:
+            df.update(set(doc))
+        refs = [ts.entities(c.text) | set(ts.IDENTIFIER.findall(c.text)) for c in chunks]
+        ref_df: Counter[str] = Counter()
+        for r in refs:
+            ref_df.update(r)
+        mean_idf = [sum(math.log(n / df[t]) for t in set(d)) / len(set(d)) if d else 0.0 for d in docs]
+        top_idf = max(mean_idf, default=0.0) or 1.0
+        seen: set[frozenset[str]] = set()
+        action_value = {"actionable": 1.0, "informational": 0.5, "historical": 0.2}
+        total_w = sum(self.weights.values()) or 1.0
+        values: dict[str, float] = {}
+        features: dict[str, dict[str, Any]] = {}
+        for i, chunk in enumerate(chunks):
+            critical_hits = len(_CRITICAL.findall(chunk.text))
+            if chunk.labels.get("type") == "error_information":
+                critical_hits += 2
+            criticality = min(1.0, critical_hits / 4)
+            shared = sum(1 for r in refs[i] if ref_df[r] > 1)
+            dependency = min(1.0, shared / 4)
+            key = frozenset(docs[i])
+            uniqueness = 0.0 if key and key in seen else mean_idf[i] / top_idf
+            seen.add(key)
+            actionability = action_value.get(str(chunk.labels.get("actionability")), 0.5)
+            parts = {"criticality": criticality, "dependency": dependency, "uniqueness": uniqueness,
+                     "actionability": actionability}
+            values[chunk.id] = round(sum(self.weights[k] * v for k, v in parts.items()) / total_w, 4)
+            features[chunk.id] = {k: round(v, 3) for k, v in parts.items()}
+        return ScoreSet(self.name, values, features)
+
+
+def _timestamp(value: Any) -> float | None:
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+class RecencyScorer(Component):
+    """Newer is worth more: exponential decay with a half-life, by position in the source (`position`,
+    half-life as a share of the source) or by the source's `timestamp` metadata (`timestamp`,
+    half-life in seconds; sources without a timestamp fall back to position)."""
+
+    name = "score.recency"
+    stage = "score"
+    requires = ("chunks",)
+    provides = ("scores",)
+
+    def __init__(self, *, mode: Literal["position", "timestamp"] = "position",
+                 half_life: float = 0.5) -> None:
+        self.mode = mode
+        self.half_life = half_life
+
+    @staticmethod
+    def check_params(params: dict[str, Any]) -> list[str]:
+        return [] if params["half_life"] > 0 else ["half_life must be greater than 0"]
+
+    @hookimpl
+    def compactor_score(self, context: Context, run: Run) -> ScoreSet:
+        counts = Counter(c.source_id for c in context.chunks)
+        stamps = {s.id: _timestamp(s.metadata.get("timestamp")) for s in context.sources}
+        newest = max((t for t in stamps.values() if t is not None), default=time.time())
+        values: dict[str, float] = {}
+        features: dict[str, dict[str, Any]] = {}
+        for chunk in context.chunks:
+            stamp = stamps.get(chunk.source_id)
+            if self.mode == "timestamp" and stamp is not None:
+                age = (newest - stamp) / self.half_life
+                basis = "timestamp"
+            else:
+                total = counts[chunk.source_id]
+                age = ((total - 1 - chunk.index) / max(total - 1, 1)) / self.half_life
+                basis = "position"
+            values[chunk.id] = round(0.5 ** max(age, 0.0), 4)
+            features[chunk.id] = {"basis": basis, "half_lives": round(age, 3)}
+        return ScoreSet(self.name, values, features)

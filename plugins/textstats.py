@@ -1,0 +1,131 @@
+"""Text signals shared by the rule components: terms for BM25, and the regexes for the things whose
+loss matters (numbers, dates, units, URLs, identifiers, names, code), in English and Chinese.
+
+Terms: English words are lower-cased, stop words dropped and Snowball-stemmed (nltk's stemmer needs
+no data files); Chinese runs become character bigrams plus single characters, the standard
+dictionary-free indexing for Chinese retrieval.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+from collections.abc import Iterable
+
+import regex
+from nltk.stem.snowball import SnowballStemmer
+
+_STEMMER = SnowballStemmer("english")
+_HAN_RUN = regex.compile(r"[\p{Han}]+")
+_LATIN_WORD = regex.compile(r"[\p{L}\p{N}][\p{L}\p{N}'_\-]*")
+_TOKEN = regex.compile(r"[\p{Han}]+|[\p{L}\p{N}][\p{L}\p{N}'_\-]*")
+
+NUMBER = regex.compile(r"(?<![\p{L}\d.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?(?![\d])")
+DATE = regex.compile(
+    r"\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
+    r"|\b\d{1,2}\s+(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?\s+\d{4}\b"
+    r"|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?\s+\d{1,2}(?:st|nd|rd|th)?,?\s+\d{4}\b"
+    r"|\b(?:1[5-9]|20)\d{2}\b"
+    r"|\d{2,4}年(?:\d{1,2}月(?:\d{1,2}[日号])?)?|\d{1,2}月\d{1,2}[日号]",
+    regex.IGNORECASE,
+)
+UNIT = regex.compile(
+    r"\b\d+(?:\.\d+)?\s?(?:ms|s|sec|min|h|hrs?|days?|KB|MB|GB|TB|PB|kb|mb|gb|tb|Hz|kHz|MHz|GHz|"
+    r"km|m|cm|mm|kg|g|mg|lb|°C|°F|px|rpm|qps|rps|ops|fps|USD|EUR|RMB|dollars|euros|percent)\b"
+    r"|[$€£¥]\s?\d[\d,]*(?:\.\d+)?|\d+(?:\.\d+)?\s?(?:元|万|亿|个|次|秒|分钟|小时|天|年|月|人|%|％)"
+)
+URL = regex.compile(r"https?://[^\s<>\"')\]]+|www\.[^\s<>\"')\]]+")
+EMAIL = regex.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
+IDENTIFIER = regex.compile(
+    r"\b[a-z]+(?:[A-Z][a-z0-9]+)+\b|\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\b"  # camelCase, CamelCase
+    r"|\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b"  # snake_case
+    r"|(?:[\w.-]+/)+[\w.-]+\.\w{1,5}\b|\b\w+\.(?:py|js|ts|go|rs|java|c|cpp|h|md|yaml|yml|json|toml|sql)\b"
+    r"|\b\w+(?:\.\w+){2,}\b|\b\w+\(\)"  # dotted.paths, calls()
+)
+ACRONYM = regex.compile(r"\b[A-Z][A-Z0-9]{1,}(?:-[A-Z0-9]+)*\b")
+NAME = regex.compile(
+    r"(?<![.!?。！？]\s|^)\b[A-Z][\p{Ll}]+(?:[A-Z][\p{Ll}]+)*"
+    r"(?:\s+(?:of|de|van|von|la|the)?\s?[A-Z][\p{Ll}]+)*"
+)
+QUOTED_ZH = regex.compile(r"[“「《『]([^”」》』]{1,30})[”」》』]")
+CODE = regex.compile(r"```.*?```|`[^`\n]+`", regex.DOTALL)
+HEADING = regex.compile(r"(?m)^(?:#{1,6}\s+\S.*|[^\n]{1,80}\n[=-]{3,})$")
+LIST_ITEM = regex.compile(r"(?m)^\s*(?:[-*+•]|\d+[.)])\s+\S")
+
+
+@functools.cache
+def _stopwords(lang: str) -> frozenset[str]:
+    text = importlib.resources.files("compactor.plugins").joinpath(
+        "data", f"stopwords_{lang}.txt").read_text(encoding="utf-8")
+    words = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            words.extend(line.split())
+    return frozenset(words)
+
+
+def stopwords(lang: str) -> frozenset[str]:
+    """The shipped stop-word list for "en" or "zh"."""
+    return _stopwords(lang)
+
+
+@functools.lru_cache(maxsize=200_000)
+def stem(word: str) -> str:
+    """Snowball stem of a lower-case English word (cached: words repeat a lot)."""
+    return _STEMMER.stem(word)
+
+
+def terms(text: str) -> list[str]:
+    """Index terms of a text: stemmed English content words, Chinese bigrams and characters."""
+    out: list[str] = []
+    en_stop, zh_stop = stopwords("en"), stopwords("zh")
+    for match in _TOKEN.finditer(text):
+        token = match.group()
+        if "\u4e00" <= token[0] <= "\u9fff" or _HAN_RUN.fullmatch(token):
+            chars = [c for c in token if c not in zh_stop]
+            out.extend(chars)
+            out.extend(token[i:i + 2] for i in range(len(token) - 1)
+                       if token[i:i + 2] not in zh_stop)
+        else:
+            word = token.lower().strip("'-_")
+            if word and word not in en_stop and (len(word) > 1 or word.isdigit()):
+                out.append(stem(word) if word.isalpha() else word)
+    return out
+
+
+def words(text: str) -> list[str]:
+    """Plain word tokens (no stemming): Latin words and single CJK characters."""
+    out: list[str] = []
+    for match in _TOKEN.finditer(text):
+        token = match.group()
+        if _HAN_RUN.fullmatch(token):
+            out.extend(token)
+        else:
+            out.append(token)
+    return out
+
+
+def entities(text: str) -> set[str]:
+    """Names, acronyms and quoted Chinese terms: what a summary must not lose or invent."""
+    found = {m.group().strip() for m in NAME.finditer(text) if len(m.group().strip()) > 2}
+    found |= {m.group() for m in ACRONYM.finditer(text)}
+    found |= {m.group(1) for m in QUOTED_ZH.finditer(text)}
+    return found
+
+
+def normalise_number(token: str) -> str:
+    """`61,000` -> `61000`, `3.50` -> `3.5`: equal values compare equal."""
+    value = token.replace(",", "").rstrip("%％")
+    if "." in value:
+        value = value.rstrip("0").rstrip(".")
+    return value
+
+
+def numbers(text: str) -> set[str]:
+    """Normalised numeric values in a text."""
+    return {normalise_number(m.group()) for m in NUMBER.finditer(text)}
+
+
+def count_all(patterns: Iterable[regex.Pattern[str]], text: str) -> int:
+    """Total matches of several patterns."""
+    return sum(len(p.findall(text)) for p in patterns)

@@ -1,0 +1,168 @@
+"""validate.loss and validate.ratio: measure what compression lost, and retry when it lost too much.
+
+Loss is weighted by value: an item (a query term, a number, a name...) counts as much as the most
+valuable chunk it occurs in, so dropping low-value chunks costs little and dropping the one chunk
+with the answer costs a lot. Without scores every item weighs the same.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from compactor.components import Component
+from compactor.document import Chunk, Context
+from compactor.hookspecs import hookimpl
+from compactor.plugins import textstats as ts
+from compactor.run import Run
+
+LEVELS = ("minimal", "acceptable", "moderate", "severe")
+CATEGORY_WEIGHTS = {"query_terms": 0.3, "keywords": 0.2, "technical_terms": 0.15,
+                    "numbers_dates": 0.15, "entities": 0.1, "structure": 0.1}
+
+
+def _weights(chunks: Iterable[Chunk]) -> dict[str, float]:
+    return {c.id: float(c.scores.get("combined", 1.0)) for c in chunks}
+
+
+def _category(items_by_chunk: dict[str, set[str]], weight: dict[str, float],
+              present: Callable[[str], bool]) -> dict[str, Any]:
+    best: dict[str, float] = {}
+    for cid, items in items_by_chunk.items():
+        for item in items:
+            best[item] = max(best.get(item, 0.0), weight.get(cid, 1.0))
+    total = sum(best.values())
+    if not best or total <= 0:
+        return {"retention": 1.0, "items": 0, "kept": 0, "lost": []}
+    kept = {item for item in best if present(item)}
+    lost = sorted((i for i in best if i not in kept), key=lambda i: -best[i])
+    return {"retention": round(sum(best[i] for i in kept) / total, 4), "items": len(best),
+            "kept": len(kept), "lost": lost[:10]}
+
+
+def loss_report(context: Context, min_retention: float = 0.5,
+                important: float = 0.8) -> dict[str, Any]:
+    """Retention per category, overall retention and a level: minimal, acceptable, moderate, severe."""
+    chunks = list(context.chunks)
+    kept_text = "\n".join(s.text for s in context.segments) if context.segments else (
+        context.output or "")
+    kept_terms = set(ts.terms(kept_text))
+    kept_numbers = ts.numbers(kept_text)
+    kept_lower = kept_text.lower()
+    weight = _weights(chunks)
+    chunk_terms = {c.id: ts.terms(c.text) for c in chunks}
+    query = set(ts.terms(context.query or ""))
+    df: Counter[str] = Counter()
+    for terms in chunk_terms.values():
+        df.update(set(terms))
+    n = len(chunks) or 1
+    tf: Counter[str] = Counter(t for terms in chunk_terms.values() for t in terms)
+    keywords = {t for t, _ in sorted(tf.items(), key=lambda kv: -kv[1] * (1 + (n / df[kv[0]]) ** 0.5))
+                [:30]} if tf else set()
+    categories = {
+        "query_terms": _category({cid: query & set(t) for cid, t in chunk_terms.items()}, weight,
+                                 lambda i: i in kept_terms),
+        "keywords": _category({cid: keywords & set(t) for cid, t in chunk_terms.items()}, weight,
+                              lambda i: i in kept_terms),
+        "technical_terms": _category(
+            {c.id: set(ts.IDENTIFIER.findall(c.text)) | set(ts.ACRONYM.findall(c.text)) for c in chunks},
+            weight, lambda i: i.lower() in kept_lower),
+        "numbers_dates": _category(
+            {c.id: ts.numbers(c.text) | {d.lower() for d in ts.DATE.findall(c.text)} for c in chunks},
+            weight, lambda i: i in kept_numbers or i in kept_lower),
+        "entities": _category({c.id: ts.entities(c.text) for c in chunks}, weight,
+                              lambda i: i.lower() in kept_lower),
+        "structure": _category(
+            {c.id: {m.strip() for m in ts.HEADING.findall(c.text)} | {m[:40] for m in ts.CODE.findall(c.text)}
+             for c in chunks}, weight, lambda i: i.lower() in kept_lower),
+    }
+    used = {k: v for k, v in categories.items() if v["items"]}
+    total_w = sum(CATEGORY_WEIGHTS[k] for k in used)
+    retention = (sum(CATEGORY_WEIGHTS[k] * v["retention"] for k, v in used.items()) / total_w
+                 if total_w else 1.0)
+    important_lost = any(c.scores.get("importance", 0.0) >= important for c in chunks
+                         if c.id not in _kept_ids(context))
+    shift = 0.1 if important_lost else 0.0
+    if retention >= 0.75 + shift:
+        level = "minimal"
+    elif retention >= 0.55 + shift:
+        level = "acceptable"
+    elif retention >= 0.35 + shift:
+        level = "moderate"
+    else:
+        level = "severe"
+    return {"level": level, "retention": round(retention, 4), "passed": retention >= min_retention,
+            "important_lost": important_lost, "categories": categories}
+
+
+def _kept_ids(context: Context) -> set[str]:
+    return {cid for s in context.segments for cid in s.chunk_ids}
+
+
+class LossValidator(Component):
+    """Reports what compression kept of the query terms, keywords, technical terms, numbers and
+    dates, named entities and structure (headings, code), weighted by chunk value, with a level
+    (minimal / acceptable / moderate / severe) and `passed` against `min_retention`."""
+
+    name = "validate.loss"
+    stage = "validate"
+    requires = ("chunks",)
+
+    def __init__(self, *, min_retention: float = 0.5, important: float = 0.8) -> None:
+        self.min_retention = min_retention
+        self.important = important
+
+    @hookimpl
+    def compactor_validate(self, context: Context, run: Run) -> dict[str, Any]:
+        return loss_report(context, self.min_retention, self.important)
+
+
+class RatioController(Component):
+    """Bounded retries: when `validate.loss` says the loss is too high, compress again with a larger
+    share of the budget; when the kept text is over budget, compress again with a smaller share.
+    Every attempt is reported; after `max_attempts` the last result stands."""
+
+    name = "validate.ratio"
+    stage = "validate"
+    requires = ("segments",)
+
+    def __init__(self, *, max_attempts: int = 2, step: float = 0.15,
+                 expand_on: list[str] | None = None) -> None:
+        self.max_attempts = max_attempts
+        self.step = step
+        self.expand_on = expand_on if expand_on is not None else ["severe"]
+
+    @staticmethod
+    def check_params(params: dict[str, Any]) -> list[str]:
+        problems = []
+        if not 0 <= params["max_attempts"] <= 10:
+            problems.append("max_attempts must be between 0 and 10")
+        if not 0 < params["step"] <= 1:
+            problems.append("step must be in (0, 1]")
+        bad = [x for x in params["expand_on"] or [] if x not in LEVELS]
+        if bad:
+            problems.append(f"expand_on: unknown level(s) {bad}; choose from {', '.join(LEVELS)}")
+        return problems
+
+    @hookimpl
+    def compactor_validate(self, context: Context, run: Run) -> dict[str, Any]:
+        share = float(context.meta.get("budget_share", 1.0))
+        attempts = list(context.meta.get("ratio_attempts", ()))
+        budget = context.resolved_budget()
+        tokens = context.tokens
+        loss = run.results.get("validate.loss") or loss_report(context)
+        attempt = {"share": share, "tokens": tokens, "level": loss.get("level"),
+                   "retention": loss.get("retention")}
+        attempts.append(attempt)
+        report: dict[str, Any] = {"attempts": attempts, "share": share, "action": "accept"}
+        if len(attempts) > self.max_attempts:
+            report["action"] = "give_up" if loss.get("level") in self.expand_on else "accept"
+            return report
+        if budget is not None and tokens > budget:
+            report.update(action="tighten", retry={"budget_share": round(share * budget / tokens * 0.97, 4),
+                                                   "ratio_attempts": attempts})
+        elif loss.get("level") in self.expand_on and share < 1.0:
+            report.update(action="expand", retry={"budget_share": min(1.0, round(share + self.step, 4)),
+                                                  "ratio_attempts": attempts})
+        return report
