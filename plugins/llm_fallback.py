@@ -1,0 +1,191 @@
+"""llm.fallback: ask an LLM to compress when the rules fall short, and keep its reply only if it is safe.
+
+The rule output stays unless the reply passes every check: non-empty, within the budget, and no number,
+date, URL, email or name that the input lacks (`compactor.fidelity`). Anything else (no LLM configured,
+an endpoint error, an invented fact) keeps the rule output and says why in the step's report.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+from pathlib import Path
+from typing import Any, Literal
+
+import regex
+
+from compactor.components import Component
+from compactor.document import Chunk, Context, Segment, frozen_mapping
+from compactor.fidelity import invented_facts
+from compactor.hookspecs import hookimpl
+from compactor.llm import LLMClient, LLMError, LLMSettings
+from compactor.run import Run
+from compactor.sentences import detect_lang
+
+Policy = Literal["explicit", "severe_loss", "important"]
+PROMPT_PACKAGE = "compactor.plugins"
+PLACEHOLDERS = ("query", "budget", "content")
+_PLACEHOLDER = regex.compile(r"\{(query|budget|content)\}")
+_CJK = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]")
+_LATIN = regex.compile(r"[A-Za-z]")
+#: A chunk at least this important (score `importance`) makes the `important` policy call the LLM.
+IMPORTANT = 0.8
+
+
+@functools.cache
+def shipped_prompt(lang: str) -> str:
+    """The prompt template that ships with compactor for "en" or "zh"."""
+    resource = importlib.resources.files(PROMPT_PACKAGE) / "prompts" / f"fallback.{lang}.md"
+    return resource.read_text(encoding="utf-8")
+
+
+def fill(template: str, **values: str) -> str:
+    """Replace `{query}`, `{budget}`, `{content}` in one pass (so braces in the content are safe)."""
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+def is_important(chunk: Chunk) -> bool:
+    """Whether classify/score marked a chunk as critical."""
+    labels = chunk.labels
+    return (chunk.scores.get("importance", 0.0) >= IMPORTANT or labels.get("critical") is True
+            or "critical" in (labels.get("importance"), labels.get("priority"), labels.get("type")))
+
+
+class LLMFallback(Component):
+    """Replaces the rule output with an LLM summary when asked, only if it invents nothing and fits.
+
+    Policies: `explicit` runs whenever the step runs (gate it with `when:`), `severe_loss` only after
+    a validate step reported level "severe", `important` only when a chunk is marked critical. The
+    summary is one segment citing every chunk the LLM read; it keeps no character offsets (a summary
+    cannot), and its metadata says `llm: true`.
+    """
+
+    name = "llm.fallback"
+    stage = "fallback"
+    requires = ("chunks",)
+    provides = ("segments",)
+
+    def __init__(self, *, policy: Policy = "explicit", prompt: str | None = None,
+                 language: Literal["auto", "en", "zh"] = "auto", max_input_tokens: int = 12000) -> None:
+        self.policy = policy
+        self.prompt = prompt
+        self.language = language
+        self.max_input_tokens = max_input_tokens
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> list[str]:
+        """Problems with the parameters, reported with the pipeline's other config errors."""
+        problems = []
+        if params["max_input_tokens"] <= 0:
+            problems.append("max_input_tokens must be greater than 0")
+        if params["prompt"] is not None:
+            path = Path(params["prompt"])
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                problems.append(f"cannot read prompt file {str(path)!r}: {exc}")
+            else:
+                if "{content}" not in text:
+                    problems.append(f"prompt file {str(path)!r} has no {{content}} placeholder")
+        return problems
+
+    @hookimpl
+    def compactor_fallback(self, context: Context, run: Run) -> Context | None:
+        why_not = self._policy_says_no(context, run)
+        if why_not:
+            return self._decline(run, why_not)
+        settings = LLMSettings.from_mapping(run.settings.get("llm") or {})
+        if not settings.configured:
+            return self._decline(run, "no LLM configured")
+        chunks = self._input_chunks(context, run)
+        if not chunks:
+            return self._decline(run, f"no chunk fits max_input_tokens={self.max_input_tokens}")
+        content = "\n\n".join(f"[{c.id}] {c.text.strip()}" for c in chunks)
+        limit = context.resolved_budget()
+        lang = self._lang(chunks)
+        prompt = fill(self._template(lang), query=context.query or ("（无）" if lang == "zh" else "(none)"),
+                      budget=str(limit or settings.max_tokens), content=content)
+        run.note("model", settings.model)
+        run.note("input_chunks", len(chunks))
+        run.note("language", lang)
+        try:
+            with LLMClient(settings) as client:
+                reply = client.complete([{"role": "user", "content": prompt}],
+                                        temperature=settings.temperature, max_tokens=settings.max_tokens)
+        except LLMError as exc:
+            run.note("error", str(exc))
+            run.note("reason", exc.reason)
+            run.warn(f"{self.name}: LLM call failed, rule output kept: {exc}")
+            return None
+        reply = reply.strip()
+        problems = []
+        if not reply:
+            problems.append("empty reply")
+        invented = invented_facts(reply, f"{content}\n{context.query or ''}")
+        if invented:
+            run.note("invented", invented)
+            problems.append(f"invented facts not in the input: {', '.join(invented)}")
+        tokens = run.counter.count(reply)
+        run.note("reply_tokens", tokens)
+        if limit is not None and tokens > limit:
+            problems.append(f"reply has {tokens} tokens, over the budget of {limit}")
+        if problems:
+            run.note("rejected", "; ".join(problems))
+            run.note("accepted", False)
+            return None
+        run.note("accepted", True)
+        segment = Segment(id="llm-fallback", text=reply, chunk_ids=tuple(c.id for c in chunks),
+                          title="LLM summary", tokens=tokens,
+                          metadata=frozen_mapping({"model": settings.model, "llm": True}))
+        return context.evolve(segments=(segment,))
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _decline(self, run: Run, reason: str) -> None:
+        run.note("declined", reason)
+        run.note("reason", reason)  # the pipeline overwrites "declined" with True when we return None
+        return None
+
+    def _policy_says_no(self, context: Context, run: Run) -> str | None:
+        if self.policy == "severe_loss":
+            severe = [name for name, report in run.results.items() if report.get("level") == "severe"]
+            return None if severe else "policy severe_loss: no validate step reported a severe loss"
+        if self.policy == "important":
+            if any(is_important(c) for c in context.chunks):
+                return None
+            return "policy important: no chunk is marked critical"
+        return None
+
+    def _input_chunks(self, context: Context, run: Run) -> list[Chunk]:
+        """Every chunk if they fit `max_input_tokens`, else the most valuable ones (those the rules
+        kept first, then by score), always in source order."""
+        order = {s.id: i for i, s in enumerate(context.sources)}
+        chunks = sorted(context.chunks, key=lambda c: (order.get(c.source_id, len(order)), c.index))
+        costs = run.counter.count_many([f"[{c.id}] {c.text.strip()}\n\n" for c in chunks])
+        if sum(costs) <= self.max_input_tokens:
+            return chunks
+        kept = {cid for s in context.segments for cid in s.chunk_ids}
+        ranked = sorted(range(len(chunks)), key=lambda i: (chunks[i].id not in kept,
+                                                           -chunks[i].scores.get("combined", 0.0), i))
+        chosen: set[int] = set()
+        used = 0
+        for i in ranked:
+            if used + costs[i] <= self.max_input_tokens:
+                chosen.add(i)
+                used += costs[i]
+        run.note("input_truncated", True)
+        return [chunks[i] for i in sorted(chosen)]
+
+    def _lang(self, chunks: list[Chunk]) -> str:
+        if self.language != "auto":
+            return self.language
+        text = "\n".join(c.text for c in chunks)
+        detected = detect_lang(text)
+        if detected != "mixed":
+            return detected
+        return "zh" if len(_CJK.findall(text)) > len(_LATIN.findall(text)) else "en"
+
+    def _template(self, lang: str) -> str:
+        if self.prompt is not None:
+            return Path(self.prompt).read_text(encoding="utf-8")
+        return shipped_prompt(lang)
