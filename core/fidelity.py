@@ -62,7 +62,9 @@ _IDENTIFIER = regex.compile(r"(?<![\w.])[A-Za-z_][A-Za-z0-9]*_[A-Za-z0-9_]*(?![\
 _ALNUM = regex.compile(r"[a-z0-9]+")
 _QUOTED = regex.compile(r"“([^”\n]{1,24})”|「([^」\n]{1,24})」|『([^』\n]{1,24})』|《([^》\n]{1,40})》"
                         r"|\"([^\"\n]{1,24})\"")
-_CONNECTORS = frozenset({"of", "de", "van", "von", "der", "den", "la", "le", "du", "da", "di", "del", "&"})
+# Lower-case particles inside personal names ("Ludwig van Beethoven"); "of" would glue
+# "John Smith of Acme" into one name.
+_CONNECTORS = frozenset({"de", "van", "von", "der", "den", "la", "le", "du", "da", "di", "del", "bin"})
 # Capitalised words that are not names even mid-sentence, and words that start sentences.
 _ORDINARY_TEXT = """
 a an the this that these those it its i we you he she they our your their my his her
@@ -397,8 +399,9 @@ def _name_of(words: list[tuple[int, str]], line: str, zh: bool, facts: _SourceFa
     if initial and not _is_special(first):
         if len(items) == 1:
             return None  # "However", "Revenue", "Alice" at a sentence start: cannot tell, keep quiet
-        if first.lower() in facts.lower_words:
-            items.pop(0)  # an ordinary word the source uses in lower case: "Revenue Growth"
+        rest = " ".join(w for _, w in items[1:])
+        if first.lower() in facts.lower_words or facts.has_name(rest):
+            items.pop(0)  # an ordinary word ("Revenue Growth"), or "Per Ludwig van Beethoven"
     if len(items) == 1 and len(items[0][1]) == 1:
         return None  # "I", "A"
     if len(items) == 1 and items[0][1].lower() in _ORDINARY:

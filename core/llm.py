@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from compactor.errors import CompactorError
@@ -80,6 +80,8 @@ class LLMSettings:
         `COMPACTOR_LLM_MODEL` / `OPENAI_MODEL`, `OPENAI_BASE_URL` and `OPENAI_API_KEY`."""
         values = dict(values or {})
         env = os.environ if env is None else env
+        defaults = {f.name: f.default for f in fields(cls)}
+
         def pick(key: str, *names: str) -> str | None:
             value = values.get(key)
             if value:
@@ -91,7 +93,7 @@ class LLMSettings:
 
         def number(key: str, kind: Callable[[Any], Any]) -> Any:
             value = values.get(key)
-            return getattr(cls, key) if value is None else kind(value)
+            return defaults[key] if value is None else kind(value)
 
         return cls(
             model=pick("model", "COMPACTOR_LLM_MODEL", "OPENAI_MODEL"),

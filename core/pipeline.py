@@ -264,7 +264,8 @@ class Pipeline:
             return context.evolve(output=result, output_tokens=tokens, meta=frozen_mapping(meta))
         if result is None:
             if stage == "fallback":
-                run.note("declined", True)
+                if run.step is not None:
+                    run.step.details.setdefault("declined", True)
                 return context
             raise StageError(f"{name} returned nothing for its {stage} step")
         if not isinstance(result, Context):

@@ -9,6 +9,7 @@ from compactor.hookspecs import hookimpl
 from compactor.plugins.chunkers import ParagraphChunker, SentenceChunker, TokenChunker
 from compactor.plugins.classify import RuleClassifier
 from compactor.plugins.cleaners import DedupeCleaner, HtmlCleaner, NormalizeCleaner
+from compactor.plugins.llm_fallback import LLMFallback
 from compactor.plugins.render import JsonRenderer, MarkdownRenderer, TextRenderer
 from compactor.plugins.scorers import DensityScorer, ImportanceScorer, RecencyScorer, RelevanceScorer
 from compactor.plugins.select import SelectCompressor
@@ -29,6 +30,7 @@ BUILTIN_COMPONENTS: tuple[type[Component], ...] = (
     SelectCompressor,
     LossValidator,
     RatioController,
+    LLMFallback,
     TextRenderer,
     MarkdownRenderer,
     JsonRenderer,

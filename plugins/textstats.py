@@ -1,9 +1,10 @@
 """Text signals shared by the rule components: terms for BM25, and the regexes for the things whose
 loss matters (numbers, dates, units, URLs, identifiers, names, code), in English and Chinese.
 
-Terms: English words are lower-cased, stop words dropped and Snowball-stemmed (nltk's stemmer needs
-no data files); Chinese runs become character bigrams plus single characters, the standard
-dictionary-free indexing for Chinese retrieval.
+Terms: English words are lower-cased, stop words dropped and Snowball-stemmed (the Snowball
+project's own `snowballstemmer`: same Porter2 algorithm as nltk's, without nltk's 1-3 s package
+import); Chinese runs become character bigrams plus single characters, the standard dictionary-free
+indexing for Chinese retrieval.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import importlib.resources
 from collections.abc import Iterable
 
 import regex
-from nltk.stem.snowball import SnowballStemmer
+import snowballstemmer
 
-_STEMMER = SnowballStemmer("english")
+_STEMMER = snowballstemmer.stemmer("english")
 _HAN_RUN = regex.compile(r"[\p{Han}]+")
 _LATIN_WORD = regex.compile(r"[\p{L}\p{N}][\p{L}\p{N}'_\-]*")
 _TOKEN = regex.compile(r"[\p{Han}]+|[\p{L}\p{N}][\p{L}\p{N}'_\-]*")
@@ -72,7 +73,7 @@ def stopwords(lang: str) -> frozenset[str]:
 @functools.lru_cache(maxsize=200_000)
 def stem(word: str) -> str:
     """Snowball stem of a lower-case English word (cached: words repeat a lot)."""
-    return _STEMMER.stem(word)
+    return _STEMMER.stemWord(word)
 
 
 def terms(text: str) -> list[str]:
