@@ -1,15 +1,20 @@
 """Chunking mechanics shared by the chunk components: token windows and unit packing.
 
-Exact counts without counting twice: tiktoken splits text into pre-tokens before BPE, and a cut
-where a space follows a non-space character, or where a newline is followed by a non-space
-character, is always a pre-token boundary. Token counts of pieces cut at such "safe" places add up
-exactly, so a chunk's count is the sum of its pieces' counts; only chunks with an unsafe cut (e.g.
-Chinese text without spaces) are counted again.
+Exact counts from one encode: tiktoken splits text into pre-tokens before BPE, and BPE never
+crosses a pre-token. A cut where a space follows a non-space character, where a non-space follows
+a newline, or where punctuation follows a letter or digit (Chinese 。，included) is a pre-token
+boundary in any string containing it ("safe"). So the count of any span is: a short encode of the
+edge before its first safe cut, plus the token-index difference between its first and last safe cut
+in the whole-text encoding, plus a short encode of the edge after its last safe cut (`SpanCounter`).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
+from itertools import accumulate
+
+import regex
 
 from compactor.tokens import TokenCounter
 
@@ -19,12 +24,104 @@ _SENTENCE_END = tuple(s.encode() for s in (".", "!", "?", "。", "！", "？", "
 Span = tuple[int, int, int]  # start, end (characters), tokens
 
 
+_SAFE = r"(?<=\S)(?= )|(?<=\n)(?=\S)|(?<=[\p{L}\p{N}])(?=[^\s\p{L}\p{N}\p{M}'’])"
+_SAFE_FORWARD = regex.compile(_SAFE)
+_SAFE_BACKWARD = regex.compile(_SAFE, regex.REVERSE)
+_EDGE_SCAN = 512  # characters searched for a safe cut at each edge before encoding the span whole
+
+
 def is_safe_cut(text: str, cut: int) -> bool:
     """Whether cutting `text` at `cut` keeps token counts additive on both sides."""
     if cut <= 0 or cut >= len(text):
         return True
-    before, after = text[cut - 1], text[cut]
-    return (after == " " and not before.isspace()) or (before == "\n" and not after.isspace())
+    return _SAFE_FORWARD.match(text, cut) is not None
+
+
+class SpanCounter:
+    """Exact token counts of any span of one text, from a single encode of the whole text."""
+
+    def __init__(self, text: str, counter: TokenCounter) -> None:
+        self.text = text
+        self.encoding = counter.encoding
+        self.tokens = self.encoding.encode_ordinary(text)
+        self.offsets = byte_offsets(token_table(self.encoding), self.tokens)
+        self.ascii = text.isascii()
+        self._step = 256
+        if not self.ascii:
+            step = self._step
+            self._checkpoints = list(accumulate(
+                (len(text[i:i + step].encode("utf-8", "surrogatepass"))
+                 for i in range(0, len(text), step)), initial=0))
+
+    def byte_at(self, char: int) -> int:
+        """Byte offset of a character offset."""
+        if self.ascii:
+            return char
+        base = char - char % self._step
+        return self._checkpoints[base // self._step] + len(
+            self.text[base:char].encode("utf-8", "surrogatepass"))
+
+    def token_at(self, char: int) -> int:
+        """Index of the first token starting at or after a character offset."""
+        return bisect_left(self.offsets, self.byte_at(char))
+
+    def _encode_count(self, start: int, end: int) -> int:
+        return len(self.encoding.encode_ordinary(self.text[start:end])) if end > start else 0
+
+    def count(self, start: int, end: int) -> int:
+        """Exact number of tokens in `text[start:end]`."""
+        if end <= start:
+            return 0
+        text = self.text
+        first = start if is_safe_cut(text, start) else None
+        if first is None:
+            found = _SAFE_FORWARD.search(text, start + 1, min(end, start + _EDGE_SCAN))
+            first = found.start() if found else None
+        last = end if is_safe_cut(text, end) else None
+        if last is None:
+            found = _SAFE_BACKWARD.search(text, max(start, end - _EDGE_SCAN), end - 1)
+            last = found.start() if found else None
+        if first is None or last is None or first > last:
+            return self._encode_count(start, end)
+        return (self._encode_count(start, first) + self.token_at(last) - self.token_at(first)
+                + self._encode_count(last, end))
+
+
+def token_table(enc: object) -> Sequence[bytes]:
+    """Bytes of every token id, built once per encoding: a list lookup instead of a decode call per
+    token is what makes boundary search cheap."""
+    cached = _TABLES.get(id(enc))
+    if cached is not None and cached[0] is enc:
+        return cached[1]
+    ranks = getattr(enc, "_mergeable_ranks", None)
+    table: Sequence[bytes]
+    if isinstance(ranks, dict) and ranks:
+        built = [b""] * (max(ranks.values()) + 1)
+        for token_bytes, rank in ranks.items():
+            built[rank] = token_bytes
+        table = built
+    else:  # the approximate encoding keeps its own growing list
+        table = getattr(enc, "_pieces", None) or _DecodingTable(enc)
+    _TABLES[id(enc)] = (enc, table)
+    return table
+
+
+class _DecodingTable:
+    """Fallback table for encodings without ranks: decodes on demand."""
+
+    def __init__(self, enc: object) -> None:
+        self.enc = enc
+
+    def __getitem__(self, token: int) -> bytes:
+        return self.enc.decode_single_token_bytes(token)  # type: ignore[attr-defined]
+
+
+_TABLES: dict[int, tuple[object, Sequence[bytes]]] = {}
+
+
+def byte_offsets(table: Sequence[bytes], tokens: Sequence[int]) -> list[int]:
+    """Byte offset where each token starts, plus the total length at the end."""
+    return list(accumulate((len(table[t]) for t in tokens), initial=0))
 
 
 def token_windows(text: str, counter: TokenCounter, size: int, overlap: int = 0) -> list[Span]:
@@ -32,38 +129,34 @@ def token_windows(text: str, counter: TokenCounter, size: int, overlap: int = 0)
     then any character boundary; the text is encoded once."""
     if not text:
         return []
-    enc = counter.encoding
-    tokens = enc.encode_ordinary(text)
+    spans_counter = SpanCounter(text, counter)
+    tokens, offs = spans_counter.tokens, spans_counter.offsets
     n = len(tokens)
     if n <= size:
         return [(0, len(text), n)]
+    table = token_table(counter.encoding)
     data = text.encode("utf-8", "surrogatepass")
     ascii_only = len(data) == len(text)
     slack = max(1, min(size // 4, 128))
     spans: list[Span] = []
-    start_tok, start_byte, start_char = 0, 0, 0
+    start_tok, start_char = 0, 0
     while True:
         if n - start_tok <= size:
             spans.append((start_char, len(text), n - start_tok))
             break
-        end_tok, end_byte = _best_end(enc, tokens, data, start_tok, start_byte, size, slack)
-        end_char = start_char + (end_byte - start_byte if ascii_only
-                                 else len(data[start_byte:end_byte].decode("utf-8")))
+        end_tok = _best_end(table, tokens, offs, data, start_tok, size, slack)
+        end_char = start_char + (offs[end_tok] - offs[start_tok] if ascii_only
+                                 else len(data[offs[start_tok]:offs[end_tok]].decode("utf-8")))
         spans.append((start_char, end_char, end_tok - start_tok))
         if overlap <= 0:
-            start_tok, start_byte, start_char = end_tok, end_byte, end_char
+            start_tok, start_char = end_tok, end_char
             continue
-        next_tok = max(start_tok + 1, end_tok - overlap)
-        next_tok, next_byte = _best_start(enc, tokens, data, start_tok, start_byte, next_tok,
-                                          end_tok)
-        start_char = start_char + (next_byte - start_byte if ascii_only
-                                   else len(data[start_byte:next_byte].decode("utf-8")))
-        start_tok, start_byte = next_tok, next_byte
-    return _exact(text, spans, counter, size)
-
-
-def _boundary_bytes(enc: object, tokens: Sequence[int], lo: int, hi: int) -> list[bytes]:
-    return [enc.decode_single_token_bytes(t) for t in tokens[lo:hi]]  # type: ignore[attr-defined]
+        next_tok = _best_start(table, tokens, offs, data, max(start_tok + 1, end_tok - overlap),
+                               end_tok)
+        start_char = start_char + (offs[next_tok] - offs[start_tok] if ascii_only
+                                   else len(data[offs[start_tok]:offs[next_tok]].decode("utf-8")))
+        start_tok = next_tok
+    return _exact(text, spans, spans_counter, size)
 
 
 def _aligned(data: bytes, offset: int) -> bool:
@@ -74,7 +167,7 @@ def _rank(prev: bytes, nxt: bytes) -> int:
     """How good a cut between two tokens is: 4 paragraph, 3 sentence, 2 whitespace, 1 any."""
     if not prev or not nxt:
         return 1
-    if prev.endswith(b"\n") and nxt[0] not in _WS:
+    if prev[-1] == 0x0A and nxt[0] not in _WS:
         return 4 if prev.endswith(b"\n\n") else 3
     if nxt[0] == 0x20 and prev[-1] not in _WS:
         stripped = prev.rstrip(b"\"')]")
@@ -84,73 +177,62 @@ def _rank(prev: bytes, nxt: bytes) -> int:
     return 1
 
 
-def _best_end(enc: object, tokens: Sequence[int], data: bytes, start_tok: int, start_byte: int,
-              size: int, slack: int) -> tuple[int, int]:
+def _best_end(table: Sequence[bytes], tokens: Sequence[int], offs: Sequence[int], data: bytes,
+              start_tok: int, size: int, slack: int) -> int:
+    """The cut (a token index) for a window starting at `start_tok`: the rightmost paragraph or
+    sentence end in the last `slack` tokens, else the rightmost whitespace, else any character
+    boundary."""
     hi = start_tok + size
     lo = max(start_tok + 1, hi - slack)
-    base = start_byte + len(enc.decode_bytes(tokens[start_tok:lo - 1]))  # type: ignore[attr-defined]
-    pieces = _boundary_bytes(enc, tokens, lo - 1, hi + 1)
-    offsets = [base]
-    for piece in pieces:
-        offsets.append(offsets[-1] + len(piece))
-    best: tuple[int, int, int] | None = None  # rank, token index, byte offset
-    for k in range(hi - lo + 1):  # cut before token lo + k
-        cut_tok = lo + k
-        offset = offsets[k + 1]
-        if not _aligned(data, offset):
+    best_rank, best_cut = 0, -1
+    for cut in range(hi, lo - 1, -1):
+        if not _aligned(data, offs[cut]):
             continue
-        rank = _rank(pieces[k], pieces[k + 1] if k + 1 < len(pieces) else b"")
-        if best is None or rank >= best[0]:
-            best = (rank, cut_tok, offset)
-    if best is None:  # no character boundary near the end: walk back until there is one
-        cut_tok, offset = lo - 1, offsets[0]
-        while cut_tok > start_tok + 1 and not _aligned(data, offset):
-            offset -= len(enc.decode_single_token_bytes(tokens[cut_tok - 1]))  # type: ignore[attr-defined]
-            cut_tok -= 1
-        if not _aligned(data, offset):  # a single huge multi-token character run: move forward
-            cut_tok, offset = hi, offsets[-2]
-            while cut_tok < len(tokens) and not _aligned(data, offset):
-                offset += len(enc.decode_single_token_bytes(tokens[cut_tok]))  # type: ignore[attr-defined]
-                cut_tok += 1
-        return cut_tok, offset
-    return best[1], best[2]
+        rank = _rank(table[tokens[cut - 1]], table[tokens[cut]] if cut < len(tokens) else b"")
+        if rank >= 3:
+            return cut
+        if rank > best_rank:
+            best_rank, best_cut = rank, cut
+    if best_cut > 0:
+        return best_cut
+    cut = lo - 1  # no character boundary near the end: walk back, then forward
+    while cut > start_tok + 1 and not _aligned(data, offs[cut]):
+        cut -= 1
+    if not _aligned(data, offs[cut]):
+        cut = hi
+        while cut < len(tokens) and not _aligned(data, offs[cut]):
+            cut += 1
+    return cut
 
 
-def _best_start(enc: object, tokens: Sequence[int], data: bytes, anchor_tok: int,
-                anchor_byte: int, want: int, limit: int) -> tuple[int, int]:
+def _best_start(table: Sequence[bytes], tokens: Sequence[int], offs: Sequence[int], data: bytes,
+                want: int, limit: int) -> int:
     """The first good cut at or after token `want` (before `limit`) for an overlapping start."""
-    offset = anchor_byte + len(enc.decode_bytes(tokens[anchor_tok:want]))  # type: ignore[attr-defined]
-    fallback: tuple[int, int] | None = None
-    prev = enc.decode_single_token_bytes(tokens[want - 1]) if want > 0 else b""  # type: ignore[attr-defined]
+    fallback = -1
     for cut in range(want, limit):
-        nxt = enc.decode_single_token_bytes(tokens[cut])  # type: ignore[attr-defined]
-        if _aligned(data, offset):
-            if _rank(prev, nxt) >= 2:
-                return cut, offset
-            if fallback is None:
-                fallback = (cut, offset)
-        offset += len(nxt)
-        prev = nxt
-    return fallback if fallback is not None else (limit, offset)
+        if _aligned(data, offs[cut]):
+            if _rank(table[tokens[cut - 1]], table[tokens[cut]]) >= 2:
+                return cut
+            if fallback < 0:
+                fallback = cut
+    return fallback if fallback >= 0 else limit
 
 
-def _exact(text: str, spans: list[Span], counter: TokenCounter, size: int) -> list[Span]:
-    """Recount the spans whose cuts are unsafe, so every count is the count of the span's text."""
-    unsafe = [i for i, (s, e, _) in enumerate(spans)
-              if not (is_safe_cut(text, s) and is_safe_cut(text, e))]
-    if not unsafe:
-        return spans
-    counts = counter.count_many([text[spans[i][0]:spans[i][1]] for i in unsafe])
+def _exact(text: str, spans: list[Span], counter: SpanCounter, size: int) -> list[Span]:
+    """Exact counts for spans with an unsafe edge; shrink the rare one a different BPE merge at a cut
+    pushed over `size`, keeping coverage."""
     out = list(spans)
-    for i, count in zip(unsafe, counts, strict=True):
-        start, end, _ = out[i]
-        while count > size and end - start > 1:  # BPE merged differently at a cut: shrink
+    for i, (start, end, _) in enumerate(out):
+        if is_safe_cut(text, start) and is_safe_cut(text, end):
+            continue
+        count = counter.count(start, end)
+        while count > size and end - start > 1:
             end -= 1
-            count = counter.count(text[start:end])
+            count = counter.count(start, end)
         out[i] = (start, end, count)
-        if i + 1 < len(out) and out[i + 1][0] > end:  # keep coverage after shrinking
+        if i + 1 < len(out) and out[i + 1][0] > end:
             _, nend, _ = out[i + 1]
-            out[i + 1] = (end, nend, counter.count(text[end:nend]))
+            out[i + 1] = (end, nend, counter.count(end, nend))
     return out
 
 
@@ -184,57 +266,37 @@ def pack_units(
 ) -> list[tuple[int, int, int, int, int]]:
     """Greedily pack consecutive units (sentences, paragraphs) into chunks of at most `size`
     tokens; a unit larger than `size` is cut into token windows. Returns
-    (start, end, tokens, first unit, last unit + 1) per chunk."""
+    (start, end, tokens, first unit, last unit + 1) per chunk, with exact token counts."""
     pieces = safe_pieces(text, units)
     if not pieces:
         return []
-    counts = counter.count_many([text[s:e] for s, e in pieces])
+    spans = SpanCounter(text, counter)
+    bounds = [spans.token_at(s) for s, _ in pieces] + [len(spans.tokens)]
+    estimate = [max(bounds[i + 1] - bounds[i], 1) for i in range(len(pieces))]
     chunks: list[tuple[int, int, int, int, int]] = []
     i = 0
     while i < len(pieces):
-        start, end = pieces[i]
-        if counts[i] > size:
+        start = pieces[i][0]
+        total, j = estimate[i], i + 1
+        while j < len(pieces) and total + estimate[j] <= size:
+            total += estimate[j]
+            j += 1
+        exact = spans.count(start, pieces[j - 1][1])
+        while exact > size and j - 1 > i:  # the estimate was a token short somewhere
+            j -= 1
+            exact = spans.count(start, pieces[j - 1][1])
+        if exact > size:  # one unit larger than a chunk: cut it into token windows
+            end = pieces[i][1]
             for ws, we, wt in token_windows(text[start:end], counter, size, overlap):
                 chunks.append((start + ws, start + we, wt, i, i + 1))
             i += 1
             continue
-        total, j = counts[i], i + 1
-        while j < len(pieces) and total + counts[j] <= size:
-            total += counts[j]
-            j += 1
-        chunks.append((start, pieces[j - 1][1], total, i, j))
+        chunks.append((start, pieces[j - 1][1], exact, i, j))
         if j >= len(pieces):
             break
         back, carried = j, 0
-        while overlap > 0 and back - 1 > i and carried + counts[back - 1] <= overlap:
+        while overlap > 0 and back - 1 > i and carried + estimate[back - 1] <= overlap:
             back -= 1
-            carried += counts[back]
+            carried += estimate[back]
         i = back
-    return _exact_packed(text, chunks, pieces, counter, size)
-
-
-def _exact_packed(text: str, chunks: list[tuple[int, int, int, int, int]],
-                  pieces: Sequence[tuple[int, int]], counter: TokenCounter,
-                  size: int) -> list[tuple[int, int, int, int, int]]:
-    """Recount chunks whose inner cuts are unsafe; split any that grew past `size`."""
-    suspect = []
-    for k, (start, end, _, first, last) in enumerate(chunks):
-        cuts = [start, end] + [pieces[u][0] for u in range(first + 1, last)]
-        if not all(is_safe_cut(text, c) for c in cuts):
-            suspect.append(k)
-    if not suspect:
-        return chunks
-    counts = counter.count_many([text[chunks[k][0]:chunks[k][1]] for k in suspect])
-    out: list[tuple[int, int, int, int, int]] = []
-    fixed = dict(zip(suspect, counts, strict=True))
-    for k, chunk in enumerate(chunks):
-        start, end, _, first, last = chunk
-        if k not in fixed:
-            out.append(chunk)
-            continue
-        if fixed[k] <= size:
-            out.append((start, end, fixed[k], first, last))
-            continue
-        for ws, we, wt in token_windows(text[start:end], counter, size):
-            out.append((start + ws, start + we, wt, first, last))
-    return out
+    return chunks
