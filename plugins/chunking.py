@@ -121,7 +121,17 @@ _TABLES: dict[int, tuple[object, Sequence[bytes]]] = {}
 
 def byte_offsets(table: Sequence[bytes], tokens: Sequence[int]) -> list[int]:
     """Byte offset where each token starts, plus the total length at the end."""
-    return list(accumulate((len(table[t]) for t in tokens), initial=0))
+    lengths = _LENGTHS.get(id(table))
+    if lengths is None or len(lengths) != len(table):
+        lengths = [len(t) for t in table] if not isinstance(table, _DecodingTable) else None
+        if lengths is not None:
+            _LENGTHS[id(table)] = lengths
+    if lengths is None:
+        return list(accumulate((len(table[t]) for t in tokens), initial=0))
+    return list(accumulate(map(lengths.__getitem__, tokens), initial=0))
+
+
+_LENGTHS: dict[int, list[int]] = {}
 
 
 def token_windows(text: str, counter: TokenCounter, size: int, overlap: int = 0) -> list[Span]:
@@ -173,7 +183,7 @@ def _rank(prev: bytes, nxt: bytes) -> int:
         stripped = prev.rstrip(b"\"')]")
         return 3 if stripped.endswith(_SENTENCE_END) else 2
     if prev.endswith(_SENTENCE_END[4:]):  # CJK sentence punctuation needs no space after it
-        return 2
+        return 3
     return 1
 
 
