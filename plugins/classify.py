@@ -32,9 +32,13 @@ class Tables:
     """Compiled pattern tables."""
 
     min_score: float
-    types: dict[str, list[tuple[regex.Pattern[str], float]]]
+    types: dict[str, list[tuple[regex.Pattern[str], float]]]  # regex patterns
+    literals: dict[str, list[tuple[str, float]]]  # plain Chinese patterns: counted with str.count
     levels: dict[str, regex.Pattern[str]]
     actionability: dict[str, regex.Pattern[str]]
+
+
+_HAN = regex.compile(r"\p{Han}")
 
 
 def _compile(pattern: str, english: bool) -> regex.Pattern[str]:
@@ -53,14 +57,20 @@ def load_tables(path: str | None = None) -> Tables:
     data: Mapping[str, Any] = yaml.safe_load(text)
     types = {
         name: [(_compile(p, lang == "en"), float(w)) for lang in ("en", "zh")
-               for p, w in (spec.get(lang) or {}).items()]
+               for p, w in (spec.get(lang) or {}).items() if lang == "en" or not _literal(p)]
         for name, spec in data["types"].items()
     }
+    literals = {name: [(p, float(w)) for p, w in (spec.get("zh") or {}).items() if _literal(p)]
+                for name, spec in data["types"].items()}
     levels = {name: _compile(f"{spec['en']}|{spec['zh']}", True)
               for name, spec in data["technical_level"].items()}
     action = {name: _compile(f"{spec['en']}|{spec['zh']}", True)
               for name, spec in data["actionability"].items()}
-    return Tables(float(data.get("min_score", 1.0)), types, levels, action)
+    return Tables(float(data.get("min_score", 1.0)), types, literals, levels, action)
+
+
+def _literal(pattern: str) -> bool:
+    return regex.escape(pattern, literal_spaces=True) == pattern
 
 
 def classify_text(text: str, tokens: int, tables: Tables) -> dict[str, Any]:
@@ -68,8 +78,15 @@ def classify_text(text: str, tokens: int, tables: Tables) -> dict[str, Any]:
     per_100 = 100.0 / max(tokens, 20)
     scores: dict[str, float] = {}
     keywords: dict[str, list[str]] = {}
+    han = _HAN.search(text) is not None
     for name, patterns in tables.types.items():
         total, found = 0.0, []
+        if han:
+            for literal, weight in tables.literals[name]:
+                hits = text.count(literal)
+                if hits:
+                    total += weight * hits
+                    found.append(literal)
         for pattern, weight in patterns:
             matches = pattern.findall(text)
             if matches:

@@ -97,8 +97,8 @@ class HtmlCleaner(Component):
 _PARAGRAPHS = regex.compile(r"\n\s*\n")
 _WORDS = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]|[\p{L}\p{N}]+")
 _MASK = (1 << 64) - 1
-_SEEDS = [int.from_bytes(hashlib.blake2b(str(i).encode(), digest_size=8).digest(), "big")
-          for i in range(64)]
+_BINS = 64
+_MIX = 0x9E3779B97F4A7C15
 
 
 def _shingles(words: list[str], width: int = 2) -> set[int]:
@@ -108,8 +108,15 @@ def _shingles(words: list[str], width: int = 2) -> set[int]:
 
 
 def _minhash(shingles: set[int]) -> tuple[int, ...]:
-    return tuple(min(((h ^ seed) * 0x9E3779B97F4A7C15) & _MASK for h in shingles)
-                 for seed in _SEEDS)
+    """One-permutation MinHash: each shingle's mixed hash goes to one of 64 bins, a bin keeps its
+    minimum. One hash per shingle instead of 64; candidates are confirmed by exact Jaccard."""
+    mins = [_MASK] * _BINS
+    for h in shingles:
+        v = (h * _MIX) & _MASK
+        b = v >> 58
+        if v < mins[b]:
+            mins[b] = v
+    return tuple(mins)
 
 
 class DedupeCleaner(Component):

@@ -59,12 +59,13 @@ class DensityScorer(Component):
         for chunk in context.chunks:
             text = chunk.text
             tokens = max(chunk.tokens, 1)
+            sig = ts.signals(text)
             found = {
-                "numbers": len(ts.NUMBER.findall(text)),
-                "dates": len(ts.DATE.findall(text)),
-                "units": len(ts.UNIT.findall(text)),
-                "entities": len(ts.entities(text)),
-                "identifiers": len(ts.IDENTIFIER.findall(text)) + len(ts.URL.findall(text)),
+                "numbers": sig.number_hits,
+                "dates": sig.date_hits,
+                "units": sig.unit_hits,
+                "entities": len(sig.entities),
+                "identifiers": len(sig.identifiers) + sig.url_hits,
             }
             words = ts.words(text)
             content = len(ts.terms(text))
@@ -210,7 +211,7 @@ class ImportanceScorer(Component):
         df: Counter[str] = Counter()
         for doc in docs:
             df.update(set(doc))
-        refs = [ts.entities(c.text) | set(ts.IDENTIFIER.findall(c.text)) for c in chunks]
+        refs = [ts.signals(c.text).entities | ts.signals(c.text).identifiers for c in chunks]
         ref_df: Counter[str] = Counter()
         for r in refs:
             ref_df.update(r)

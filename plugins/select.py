@@ -61,32 +61,46 @@ def segments_for(context: Context, kept: list[Kept]) -> tuple[Segment, ...]:
     return tuple(segments)
 
 
-def _similarity(a: frozenset[str], b: frozenset[str]) -> float:
-    if not a or not b:
-        return 0.0
-    return len(a & b) / min(len(a), len(b))
-
-
-def mmr_order(chunks: list[Chunk], value: dict[str, float], redundancy: float) -> list[Chunk]:
+def mmr_order(chunks: list[Chunk], value: dict[str, float], redundancy: float,
+              enough: int | None = None) -> list[Chunk]:
     """Chunks by maximal marginal relevance: value minus `redundancy` x the strongest overlap with
-    an already ranked chunk (lazy greedy over a heap, so only contenders are re-scored)."""
+    an already ranked chunk (lazy greedy over a heap, so only contenders are re-scored).
+
+    Once the ranked chunks hold `enough` tokens the rest follow by plain value: nothing ranked
+    after that point can enter the budget, and ranking all n chunks would cost O(n^2) overlaps.
+    """
+    by_value = sorted(chunks, key=lambda c: (-value[c.id], c.source_id, c.index))
     if redundancy <= 0:
-        return sorted(chunks, key=lambda c: (-value[c.id], c.source_id, c.index))
-    term_sets = {c.id: frozenset(terms(c.text)) for c in chunks}
+        return by_value
+    term_sets: dict[str, frozenset[str]] = {}
     heap = [(-value[c.id], c.source_id, c.index, c.id, 0, 0.0) for c in chunks]
     heapq.heapify(heap)
     by_id = {c.id: c for c in chunks}
     ranked: list[Chunk] = []
-    while heap:
+    ranked_sets: list[frozenset[str]] = []
+    ranked_sizes: list[int] = []
+    total = 0
+    while heap and (enough is None or total < enough):
         _, sid, idx, cid, seen, overlap = heapq.heappop(heap)
         if seen < len(ranked):  # stale: re-score against what was ranked since
-            overlap = max([overlap, *(_similarity(term_sets[cid], term_sets[r.id])
-                                      for r in ranked[seen:])])
+            mine = term_sets.get(cid)
+            if mine is None:
+                mine = term_sets[cid] = frozenset(terms(by_id[cid].text))
+            if mine:
+                shared = map(len, map(mine.intersection, ranked_sets[seen:]))
+                size = len(mine)
+                overlap = max(overlap, max((n / min(size, m) for n, m in
+                                            zip(shared, ranked_sizes[seen:], strict=True) if n),
+                                           default=0.0))
             current = value[cid] * (1 - redundancy * overlap)
             heapq.heappush(heap, (-current, sid, idx, cid, len(ranked), overlap))
             continue
         ranked.append(by_id[cid])
-    return ranked
+        ranked_sets.append(term_sets.get(cid) or frozenset(terms(by_id[cid].text)))
+        ranked_sizes.append(len(ranked_sets[-1]) or 1)
+        total += by_id[cid].tokens
+    done = {c.id for c in ranked}
+    return ranked + [c for c in by_value if c.id not in done]
 
 
 class SelectCompressor(Component):
@@ -135,7 +149,7 @@ class SelectCompressor(Component):
         limit = max(1, int(limit * share))
         if self.order == "score" and any("combined" in c.scores for c in chunks):
             value = {c.id: c.scores.get("combined", 0.0) for c in chunks}
-            ranked = mmr_order(chunks, value, self.redundancy)
+            ranked = mmr_order(chunks, value, self.redundancy, enough=2 * limit)
         else:
             ranked = chunks
         query_terms = frozenset(terms(context.query)) if context.query else frozenset()

@@ -12,12 +12,14 @@ from __future__ import annotations
 import functools
 import importlib.resources
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import regex
 import snowballstemmer
 
 _STEMMER = snowballstemmer.stemmer("english")
 _HAN_RUN = regex.compile(r"[\p{Han}]+")
+_SPLIT = regex.compile(r"['\-]+")
 _LATIN_WORD = regex.compile(r"[\p{L}\p{N}][\p{L}\p{N}'_\-]*")
 _TOKEN = regex.compile(r"[\p{Han}]+|[\p{L}\p{N}][\p{L}\p{N}'_\-]*")
 
@@ -77,7 +79,15 @@ def stem(word: str) -> str:
 
 
 def terms(text: str) -> list[str]:
-    """Index terms of a text: stemmed English content words, Chinese bigrams and characters."""
+    """Index terms of a text: stemmed English content words, Chinese bigrams and characters.
+
+    Cached per text: classify, every scorer, select and validate ask for the same chunks' terms.
+    """
+    return list(_terms(text))
+
+
+@functools.lru_cache(maxsize=8192)
+def _terms(text: str) -> tuple[str, ...]:
     out: list[str] = []
     en_stop, zh_stop = stopwords("en"), stopwords("zh")
     for match in _TOKEN.finditer(text):
@@ -89,9 +99,12 @@ def terms(text: str) -> list[str]:
                        if token[i:i + 2] not in zh_stop)
         else:
             word = token.lower().strip("'-_")
-            if word and word not in en_stop and (len(word) > 1 or word.isdigit()):
-                out.append(stem(word) if word.isalpha() else word)
-    return out
+            if word.endswith("'s"):
+                word = word[:-2]
+            for part in _SPLIT.split(word) if ("-" in word or "'" in word) else (word,):
+                if part and part not in en_stop and (len(part) > 1 or part.isdigit()):
+                    out.append(stem(part) if part.isalpha() else part)
+    return tuple(out)
 
 
 def words(text: str) -> list[str]:
@@ -108,10 +121,7 @@ def words(text: str) -> list[str]:
 
 def entities(text: str) -> set[str]:
     """Names, acronyms and quoted Chinese terms: what a summary must not lose or invent."""
-    found = {m.group().strip() for m in NAME.finditer(text) if len(m.group().strip()) > 2}
-    found |= {m.group() for m in ACRONYM.finditer(text)}
-    found |= {m.group(1) for m in QUOTED_ZH.finditer(text)}
-    return found
+    return set(signals(text).entities)
 
 
 def normalise_number(token: str) -> str:
@@ -125,6 +135,44 @@ def normalise_number(token: str) -> str:
 def numbers(text: str) -> set[str]:
     """Normalised numeric values in a text."""
     return {normalise_number(m.group()) for m in NUMBER.finditer(text)}
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """What density, importance and loss validation look for in one text, found once."""
+
+    numbers: frozenset[str]  # normalised values
+    number_hits: int
+    dates: frozenset[str]  # lower-cased
+    date_hits: int
+    unit_hits: int
+    entities: frozenset[str]
+    identifiers: frozenset[str]
+    acronyms: frozenset[str]
+    url_hits: int
+    structure: frozenset[str]  # headings and code snippets (first 40 characters)
+
+
+@functools.lru_cache(maxsize=8192)
+def signals(text: str) -> Signals:
+    """The numbers, dates, units, names, identifiers and structure of a text (cached per text)."""
+    number_tokens = NUMBER.findall(text)
+    date_tokens = DATE.findall(text)
+    acronyms = frozenset(ACRONYM.findall(text))
+    names = {m.strip() for m in NAME.findall(text) if len(m.strip()) > 2}
+    return Signals(
+        numbers=frozenset(normalise_number(t) for t in number_tokens),
+        number_hits=len(number_tokens),
+        dates=frozenset(d.lower() for d in date_tokens),
+        date_hits=len(date_tokens),
+        unit_hits=len(UNIT.findall(text)),
+        entities=frozenset(names | acronyms | set(QUOTED_ZH.findall(text))),
+        identifiers=frozenset(IDENTIFIER.findall(text)),
+        acronyms=acronyms,
+        url_hits=len(URL.findall(text)),
+        structure=frozenset({m.strip() for m in HEADING.findall(text)}
+                            | {m[:40] for m in CODE.findall(text)}),
+    )
 
 
 def count_all(patterns: Iterable[regex.Pattern[str]], text: str) -> int:

@@ -52,6 +52,7 @@ def loss_report(context: Context, min_retention: float = 0.5,
     kept_lower = kept_text.lower()
     weight = _weights(chunks)
     chunk_terms = {c.id: ts.terms(c.text) for c in chunks}
+    sig = {c.id: ts.signals(c.text) for c in chunks}
     query = set(ts.terms(context.query or ""))
     df: Counter[str] = Counter()
     for terms in chunk_terms.values():
@@ -66,16 +67,15 @@ def loss_report(context: Context, min_retention: float = 0.5,
         "keywords": _category({cid: keywords & set(t) for cid, t in chunk_terms.items()}, weight,
                               lambda i: i in kept_terms),
         "technical_terms": _category(
-            {c.id: set(ts.IDENTIFIER.findall(c.text)) | set(ts.ACRONYM.findall(c.text)) for c in chunks},
+            {cid: s.identifiers | s.acronyms for cid, s in sig.items()},
             weight, lambda i: i.lower() in kept_lower),
         "numbers_dates": _category(
-            {c.id: ts.numbers(c.text) | {d.lower() for d in ts.DATE.findall(c.text)} for c in chunks},
+            {cid: s.numbers | s.dates for cid, s in sig.items()},
             weight, lambda i: i in kept_numbers or i in kept_lower),
-        "entities": _category({c.id: ts.entities(c.text) for c in chunks}, weight,
+        "entities": _category({cid: s.entities for cid, s in sig.items()}, weight,
                               lambda i: i.lower() in kept_lower),
         "structure": _category(
-            {c.id: {m.strip() for m in ts.HEADING.findall(c.text)} | {m[:40] for m in ts.CODE.findall(c.text)}
-             for c in chunks}, weight, lambda i: i.lower() in kept_lower),
+            {cid: s.structure for cid, s in sig.items()}, weight, lambda i: i.lower() in kept_lower),
     }
     used = {k: v for k, v in categories.items() if v["items"]}
     total_w = sum(CATEGORY_WEIGHTS[k] for k in used)
