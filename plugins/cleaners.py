@@ -8,6 +8,7 @@ from typing import Literal
 
 import regex
 
+from compactor import textsim
 from compactor.components import Component
 from compactor.document import Context, Source
 from compactor.hookspecs import hookimpl
@@ -95,30 +96,6 @@ class HtmlCleaner(Component):
 
 
 _PARAGRAPHS = regex.compile(r"\n\s*\n")
-_WORDS = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]|[\p{L}\p{N}]+")
-_MASK = (1 << 64) - 1
-_BINS = 64
-_MIX = 0x9E3779B97F4A7C15
-
-
-def _shingles(words: list[str], width: int = 2) -> set[int]:
-    if len(words) < width:
-        return {hash(" ".join(words))}
-    return {hash(" ".join(words[i:i + width])) for i in range(len(words) - width + 1)}
-
-
-def _minhash(shingles: set[int]) -> tuple[int, ...]:
-    """One-permutation MinHash: each shingle's mixed hash goes to one of 64 bins, a bin keeps its
-    minimum. One hash per shingle instead of 64; candidates are confirmed by exact Jaccard."""
-    mins = [_MASK] * _BINS
-    for h in shingles:
-        v = (h * _MIX) & _MASK
-        b = v >> 58
-        if v < mins[b]:
-            mins[b] = v
-    return tuple(mins)
-
-
 class DedupeCleaner(Component):
     """Drops exact and near-duplicate paragraphs within and across sources (first one wins).
 
@@ -150,7 +127,7 @@ class DedupeCleaner(Component):
         for source in context.sources:
             kept: list[str] = []
             for paragraph in _PARAGRAPHS.split(source.text):
-                words = [w.lower() for w in _WORDS.findall(paragraph)]
+                words = textsim.words(paragraph)
                 if len(paragraph.strip()) < self.min_chars or not words:
                     kept.append(paragraph)
                     continue
@@ -171,8 +148,8 @@ class DedupeCleaner(Component):
 
     def _near_duplicate(self, words: list[str],
                         buckets: dict[tuple[int, tuple[int, ...]], list[set[int]]]) -> bool:
-        shingles = _shingles(words)
-        signature = _minhash(shingles)
+        shingles = textsim.shingles(words)
+        signature = textsim.minhash(shingles)
         keys = [(band, signature[band * 4:band * 4 + 4]) for band in range(16)]
         for key in keys:
             for other in buckets.get(key, ()):

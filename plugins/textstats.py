@@ -86,7 +86,7 @@ def terms(text: str) -> list[str]:
     return list(_terms(text))
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=32768)
 def _terms(text: str) -> tuple[str, ...]:
     out: list[str] = []
     en_stop, zh_stop = stopwords("en"), stopwords("zh")
@@ -153,7 +153,7 @@ class Signals:
     structure: frozenset[str]  # headings and code snippets (first 40 characters)
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=32768)
 def signals(text: str) -> Signals:
     """The numbers, dates, units, names, identifiers and structure of a text (cached per text)."""
     number_tokens = NUMBER.findall(text)
