@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from compactor.compacter import ContextCompacter, expand
 from compactor.components import Component, Param, ScoreSet
 from compactor.document import (
     Budget,
@@ -32,6 +33,7 @@ from compactor.errors import (
 from compactor.hookspecs import hookimpl, hookspec
 from compactor.pipeline import Pipeline
 from compactor.run import Run
+from compactor.store import ChunkStore, MemoryStore, SQLiteStore, open_store
 from compactor.tokens import TokenCounter, get_counter
 
 __version__ = "0.1.0"
@@ -55,18 +57,22 @@ def compress(
 __all__ = [
     "Budget",
     "Chunk",
+    "ChunkStore",
     "CompactorError",
     "Component",
     "ConfigError",
     "Context",
+    "ContextCompacter",
     "Fact",
     "FidelityError",
     "InputError",
+    "MemoryStore",
     "Message",
     "Param",
     "Pipeline",
     "PluginError",
     "Run",
+    "SQLiteStore",
     "ScoreSet",
     "Segment",
     "Source",
@@ -76,7 +82,9 @@ __all__ = [
     "TranscriptSegment",
     "__version__",
     "compress",
+    "expand",
     "get_counter",
     "hookimpl",
     "hookspec",
+    "open_store",
 ]

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from compactor.document import Context
+from compactor.compacter import ContextCompacter
+from compactor.document import Context, Fact
 from compactor.errors import CompactorError, ConfigError
 from compactor.inputs import read_paths
 from compactor.pipeline import Pipeline
@@ -39,6 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print each chunk's scores, features and keep/drop decision instead of the text")
     parser.add_argument("--fail-under", type=float, metavar="RETENTION",
                         help="exit 1 when validate.loss retention is below this (a CI quality gate)")
+    parser.add_argument("--strategy", help="search-result strategy: fact_centric, chunk_filtering or "
+                        "summarization (for pipelines with a strategy step, e.g. deep-search)")
+    parser.add_argument("--session", help="add the inputs to this session of the chunk store and print "
+                        "the session's checklist context")
+    parser.add_argument("--store", metavar="PATH", help="chunk store file (default: the pipeline's "
+                        "store.path, else memory)")
+    parser.add_argument("--report-context", action="store_true",
+                        help="with --session: print the report context (original chunk text) instead")
     parser.add_argument("--check", action="store_true", help="validate the pipeline file and exit")
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved pipeline with defaults and exit")
@@ -77,6 +86,8 @@ def _main(args: argparse.Namespace) -> int:
     if not args.pipeline:
         raise ConfigError("a pipeline file is required (or --list-plugins); "
                           "try `compactor-run generic page.html --budget 500`")
+    if args.strategy or args.session or args.store:
+        return _session_main(args)
     pipeline = Pipeline.from_yaml(args.pipeline)
     if args.check:
         steps = len(pipeline.spec.steps)
@@ -105,6 +116,46 @@ def _main(args: argparse.Namespace) -> int:
     if args.fail_under is not None:
         return _quality_gate(context, args.fail_under)
     return 0
+
+
+def _session_main(args: argparse.Namespace) -> int:
+    """Search results through a ContextCompacter: stateful, strategy-switchable, stored by session."""
+    compacter = ContextCompacter(args.strategy, pipeline=args.pipeline, store=args.store,
+                                 session=args.session, query=args.query, budget=args.budget)
+    if args.check:
+        print(f"{args.pipeline}: ok (strategy {compacter.strategy})")
+        return 0
+    if args.print_config:
+        sys.stdout.write(compacter.pipeline.print_config())
+        return 0
+    batch = compacter.process_search_results(read_paths(args.inputs or ["-"]))
+    if args.report_context:
+        text = compacter.reconstruct_report_context(budget=args.budget)
+    elif args.format == "json":
+        context = compacter.get_checklist_context()
+        text = json.dumps({"session": compacter.session, "strategy": compacter.strategy,
+                           "checklist": [_fact_json(f) for f in context] if isinstance(context, list)
+                           else context}, indent=2, ensure_ascii=False)
+    else:
+        text = compacter.checklist_text()
+    if not text.endswith("\n"):
+        text += "\n"
+    if args.output:
+        write_atomic(Path(args.output), text)
+    else:
+        sys.stdout.write(text)
+    if args.report:
+        write_atomic(Path(args.report), json.dumps(batch, indent=2, ensure_ascii=False, default=str) + "\n")
+    if not args.quiet:
+        print(f"compactor-run: session {compacter.session} ({compacter.strategy}): batch {batch['batch']}, "
+              f"{batch['new_pages']} new page(s) of {batch['results']}, {len(batch['quarantined'])} "
+              f"chunk(s) quarantined", file=sys.stderr)
+    return 0
+
+
+def _fact_json(fact: Fact) -> dict[str, object]:
+    return {"id": fact.id, "text": fact.text, "chunk_ids": list(fact.chunk_ids),
+            "source_url": fact.source_url, "score": fact.score}
 
 
 def _quality_gate(context: Context, threshold: float) -> int:

@@ -9,31 +9,44 @@ from compactor.hookspecs import hookimpl
 from compactor.plugins.chunkers import ParagraphChunker, SentenceChunker, TokenChunker
 from compactor.plugins.classify import RuleClassifier
 from compactor.plugins.cleaners import DedupeCleaner, HtmlCleaner, NormalizeCleaner
+from compactor.plugins.injection import InjectionClassifier
 from compactor.plugins.llm_fallback import LLMFallback
+from compactor.plugins.map_reduce import MapReduce
 from compactor.plugins.render import JsonRenderer, MarkdownRenderer, TextRenderer
 from compactor.plugins.scorers import DensityScorer, ImportanceScorer, RecencyScorer, RelevanceScorer
+from compactor.plugins.seen import SeenPages
 from compactor.plugins.select import SelectCompressor
+from compactor.plugins.strategies import ChunkFiltering, FactCentric, Summarization
+from compactor.plugins.topics import FootnoteRenderer, TopicCompressor
 from compactor.plugins.validate import LossValidator, RatioController
 
 BUILTIN_COMPONENTS: tuple[type[Component], ...] = (
     NormalizeCleaner,
     HtmlCleaner,
     DedupeCleaner,
+    SeenPages,
     TokenChunker,
     SentenceChunker,
     ParagraphChunker,
     RuleClassifier,
+    InjectionClassifier,
     DensityScorer,
     RelevanceScorer,
     ImportanceScorer,
     RecencyScorer,
     SelectCompressor,
+    FactCentric,
+    ChunkFiltering,
+    Summarization,
+    MapReduce,
+    TopicCompressor,
     LossValidator,
     RatioController,
     LLMFallback,
     TextRenderer,
     MarkdownRenderer,
     JsonRenderer,
+    FootnoteRenderer,
 )
 
 

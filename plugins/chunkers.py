@@ -38,7 +38,7 @@ def _chunked(context: Context, cut: Callable[[str], list[tuple[int, int, int, tu
             chunks.append(Chunk(id=chunk_id(source.id, index), source_id=source.id, index=index,
                                 start=start, end=end, text=piece, tokens=tokens,
                                 lang=detect_lang(piece), units=units))
-    return context.evolve(chunks=tuple(chunks), segments=(), facts=())
+    return context.evolve(chunks=tuple(chunks), segments=())
 
 
 class TokenChunker(Component):

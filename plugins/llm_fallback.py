@@ -33,9 +33,9 @@ IMPORTANT = 0.8
 
 
 @functools.cache
-def shipped_prompt(lang: str) -> str:
-    """The prompt template that ships with compactor for "en" or "zh"."""
-    resource = importlib.resources.files(PROMPT_PACKAGE) / "prompts" / f"fallback.{lang}.md"
+def shipped_prompt(lang: str, name: str = "fallback") -> str:
+    """A prompt template that ships with compactor (`prompts/<name>.<lang>.md`, "en" or "zh")."""
+    resource = importlib.resources.files(PROMPT_PACKAGE) / "prompts" / f"{name}.{lang}.md"
     return resource.read_text(encoding="utf-8")
 
 

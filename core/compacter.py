@@ -1,0 +1,269 @@
+"""ContextCompacter: the stateful search-result service of seed 000.
+
+    >>> compacter = ContextCompacter("fact_centric", store="research.sqlite", session="q42")
+    >>> compacter.process_search_results([(url, html), ...], query="...")
+    >>> compacter.get_checklist_context()            # facts (A), chunk text (B) or a summary (C)
+    >>> compacter.reconstruct_report_context([fact.id, ...], budget=8000)
+
+Each batch runs a pipeline (`deep-search` by default) whose compress step is the strategy component
+(`compress.fact_centric`, `compress.chunk_filtering`, `compress.summarization`); the session's
+knowledge goes in and comes out of the pipeline through the context, and the chunk store keeps the
+original text of every chunk, so whatever a strategy keeps can be given back verbatim. A batch is
+committed to the store in one transaction after its pipeline run.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from compactor.document import Budget, Context, Fact, Source, frozen_mapping
+from compactor.errors import ConfigError, InputError, Problem
+from compactor.pipeline import Pipeline, read_pipeline_text
+from compactor.store import Batch, ChunkStore, StoredChunk, open_store
+
+STRATEGIES = ("fact_centric", "chunk_filtering", "summarization")
+_ALIASES = {"a": "fact_centric", "b": "chunk_filtering", "c": "summarization"}
+
+SearchResult = tuple[str, str] | Mapping[str, Any] | Source
+
+
+def strategy_name(name: str) -> str:
+    """`fact_centric`, `compress.fact_centric` or `A` -> `fact_centric` (ConfigError otherwise)."""
+    short = name.removeprefix("compress.")
+    short = _ALIASES.get(short.lower(), short)
+    if short not in STRATEGIES:
+        raise ConfigError(Problem(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}",
+                                  field="strategy"))
+    return short
+
+
+def pipeline_with_strategy(pipeline: str | Pipeline, strategy: str | None,
+                           plugins: Iterable[Any] = ()) -> Pipeline:
+    """The pipeline (a name or file), with its strategy step switched to `strategy` when given."""
+    if isinstance(pipeline, Pipeline):
+        if strategy is None:
+            return pipeline
+        raise ConfigError("pass a pipeline name or file (not a Pipeline) to switch its strategy")
+    text, label = read_pipeline_text(pipeline)
+    if strategy is None:
+        return Pipeline.from_string(text, file=label, plugins=plugins)
+    data = yaml.safe_load(text)
+    steps = data.get("steps") if isinstance(data, dict) else None
+    target = f"compress.{strategy_name(strategy)}"
+    for step in steps or []:
+        use = step.get("use") if isinstance(step, dict) else None
+        if isinstance(use, str) and use.removeprefix("compress.") in STRATEGIES:
+            if use != target:
+                step["use"] = target
+                step.pop("with", None)
+            break
+    else:
+        raise ConfigError(Problem(f"no strategy step (compress.{{{','.join(STRATEGIES)}}}) to switch",
+                                  label, field="steps"))
+    return Pipeline.from_string(yaml.safe_dump(data, sort_keys=False, allow_unicode=True),
+                                file=f"{label} (strategy {strategy_name(strategy)})", plugins=plugins)
+
+
+def _strategy_of(pipeline: Pipeline) -> str:
+    for step in pipeline.spec.steps:
+        for info, _ in step.components:
+            if info.name.removeprefix("compress.") in STRATEGIES:
+                return info.name.removeprefix("compress.")
+    raise ConfigError(Problem("the pipeline has no strategy step (compress.fact_centric, "
+                              "compress.chunk_filtering or compress.summarization)", pipeline.spec.file,
+                              field="steps"))
+
+
+def _fact_dict(fact: Fact) -> dict[str, Any]:
+    return {"id": fact.id, "text": fact.text, "chunk_ids": list(fact.chunk_ids),
+            "source_url": fact.source_url, "score": fact.score}
+
+
+def _fact(data: Mapping[str, Any]) -> Fact:
+    return Fact(id=str(data["id"]), text=str(data["text"]), chunk_ids=tuple(data["chunk_ids"]),
+                source_url=data.get("source_url"), score=float(data.get("score", 0.0)))
+
+
+def to_source(item: SearchResult, position: int) -> Source:
+    """A search result as a web-page source: `(url, content)`, a mapping with `url` and `content`
+    (optional `title`, `topic`), or a Source."""
+    if isinstance(item, Source):
+        return item
+    if isinstance(item, Mapping):
+        url, content = item.get("url"), item.get("content")
+        title, topic = item.get("title"), item.get("topic")
+    elif isinstance(item, tuple | list) and len(item) == 2:
+        (url, content), title, topic = item, None, None
+    else:
+        raise InputError(f"search result {position}: expected (url, content) or {{url, content}}, "
+                         f"got {type(item).__name__}")
+    if not isinstance(content, str):
+        raise InputError(f"search result {position}: content must be text, not {type(content).__name__}")
+    metadata = {"topic": topic} if topic else {}
+    return Source.from_text(content, kind="web_page", uri=str(url) if url else None,
+                            title=str(title) if title else None, metadata=metadata)
+
+
+class ContextCompacter:
+    """Stateful compression of search results for a deep-research agent (seed 000)."""
+
+    def __init__(self, strategy: str | None = "fact_centric", *,
+                 store: str | ChunkStore | None = None, session: str | None = None,
+                 pipeline: str | Pipeline = "deep-search", query: str | None = None,
+                 budget: int | None = None, plugins: Iterable[Any] = ()) -> None:
+        self.pipeline = pipeline_with_strategy(pipeline, strategy, plugins)
+        self.strategy = _strategy_of(self.pipeline)
+        configured = self.pipeline.spec.store
+        self.store = open_store(store if store is not None else configured.get("path"))
+        self.session = session or configured.get("session") or uuid.uuid4().hex[:16]
+        self.query = query
+        self.budget = budget
+        self.store.ensure_session(self.session)
+        stored = self.store.knowledge(self.session, "strategy")
+        if stored is not None and stored != self.strategy:
+            raise InputError(f"session {self.session!r} was built with strategy {stored!r}, "
+                             f"not {self.strategy!r}")
+
+    def __repr__(self) -> str:
+        return f"ContextCompacter({self.strategy!r}, store={self.store!r}, session={self.session!r})"
+
+    # -- knowledge -------------------------------------------------------------------------
+
+    @property
+    def facts(self) -> list[Fact]:
+        """Strategy A's knowledge base: every fact so far."""
+        return [_fact(f) for f in self.store.knowledge(self.session, "facts", [])]
+
+    @property
+    def chunk_ids(self) -> list[str]:
+        """Strategy B's knowledge base: the relevant chunk ids so far, in the order they were found."""
+        return list(self.store.knowledge(self.session, "kept_chunk_ids", []))
+
+    @property
+    def summary(self) -> str:
+        """Strategy C's knowledge base: the rolling summary."""
+        return str(self.store.knowledge(self.session, "summary", ""))
+
+    # -- the seed's interface --------------------------------------------------------------------
+
+    def process_search_results(self, search_results: Iterable[SearchResult],
+                               query: str | None = None) -> dict[str, Any]:
+        """Chunk, store and compress one batch of search results; returns the batch report."""
+        query = query if query is not None else self.query
+        sources = [to_source(item, i) for i, item in enumerate(search_results)]
+        sources = [s for s in sources if s.text.strip()]
+        budget = Budget(max_tokens=self.budget) if self.budget else self.pipeline.spec.budget
+        meta = {"kept_chunk_ids": self.chunk_ids, "summary": self.summary}
+        context = Context(sources=tuple(sources), facts=tuple(self.facts), query=query, budget=budget,
+                          meta=frozen_mapping(meta))
+        result = self.pipeline.run(context, store=self.store, session=self.session) if sources else context
+        details = {r.step: dict(r.details) for r in result.reports}
+        knowledge: dict[str, Any] = {"strategy": self.strategy}
+        if self.strategy == "fact_centric":
+            knowledge["facts"] = [_fact_dict(f) for f in result.facts]
+        elif self.strategy == "chunk_filtering":
+            knowledge["kept_chunk_ids"] = list(result.meta.get("kept_chunk_ids", meta["kept_chunk_ids"]))
+        else:
+            knowledge["summary"] = str(result.meta.get("summary", meta["summary"]))
+        quarantined = [q for d in details.values() for q in d.get("quarantined", [])]
+        dropped = [p for d in details.values() for p in d.get("dropped_pages", [])]
+        report = {"query": query, "results": len(sources), "new_pages": len(result.sources) if sources else 0,
+                  "chunks": len(result.chunks), "dropped_pages": dropped, "quarantined": quarantined}
+        signatures = {s.id: tuple(s.metadata["signature"]) for s in result.sources
+                      if "signature" in s.metadata} if sources else {}
+        number = self.store.commit_batch(self.session, Batch(
+            sources=result.sources if sources else (), chunks=result.chunks if sources else (),
+            signatures=signatures, knowledge=knowledge, report=report))
+        return {"batch": number, **report, "steps": details}
+
+    def get_checklist_context(self) -> list[Fact] | str:
+        """A: the fact list; B: the original text of the relevant chunks; C: the rolling summary."""
+        if self.strategy == "fact_centric":
+            return self.facts
+        if self.strategy == "chunk_filtering":
+            return self._render(self._chunks_in_order(self.chunk_ids))
+        return self.summary
+
+    def checklist_text(self) -> str:
+        """The checklist context as text (facts as a Markdown list citing their chunk ids)."""
+        context = self.get_checklist_context()
+        if isinstance(context, str):
+            return context
+        return "\n".join(f"- {f.text} [{', '.join(f.chunk_ids)}]" for f in context)
+
+    def reconstruct_report_context(self, relevant_items: Sequence[str | Fact] | None = None,
+                                   budget: int | None = None) -> str:
+        """The verbatim original text of the chunks behind the selected facts (A) or chunk ids (B, C),
+        grouped by source in arrival order, with titles and URLs, within `budget` tokens (the most
+        important chunks first: by fact score for A, by selection order otherwise)."""
+        if self.strategy == "summarization" and relevant_items is None:
+            return self.summary
+        if self.strategy == "fact_centric":
+            facts = {f.id: f for f in self.facts}
+            chosen = list(facts.values()) if relevant_items is None else [
+                facts.get(i.id if isinstance(i, Fact) else i) for i in relevant_items]
+            missing = [str(i) for i, f in zip(relevant_items or [], chosen, strict=False) if f is None]
+            if missing:
+                raise InputError(f"unknown fact id(s) in session {self.session!r}: {', '.join(missing)}")
+            ranked = sorted((f for f in chosen if f is not None), key=lambda f: -f.score)
+            ids = list(dict.fromkeys(c for f in ranked for c in f.chunk_ids))
+        else:
+            items = self.chunk_ids if relevant_items is None else [
+                i.id if isinstance(i, Fact) else i for i in relevant_items]
+            ids = list(dict.fromkeys(items))
+        stored = self.store.chunks(ids)
+        missing = [i for i in ids if i not in stored]
+        if missing:
+            raise InputError(f"chunk id(s) not in the store: {', '.join(missing[:10])}")
+        chosen_chunks = [stored[i] for i in ids]
+        if budget is not None:
+            chosen_chunks = self._fit(chosen_chunks, budget)
+        return self._render(self._order(chosen_chunks))
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _chunks_in_order(self, ids: Sequence[str]) -> list[StoredChunk]:
+        stored = self.store.chunks(ids)
+        return self._order([stored[i] for i in ids if i in stored])
+
+    def _order(self, chunks: Sequence[StoredChunk]) -> list[StoredChunk]:
+        seq = {s.id: s.seq for s in self.store.sources(self.session)}
+        return sorted(chunks, key=lambda c: (seq.get(c.source_id, len(seq)), c.index))
+
+    @staticmethod
+    def _render(chunks: Sequence[StoredChunk]) -> str:
+        parts: list[str] = []
+        current: str | None = None
+        for chunk in chunks:
+            if chunk.source_id != current:
+                current = chunk.source_id
+                head = f"## {chunk.title or chunk.url or chunk.source_id}"
+                if chunk.url and chunk.url != chunk.title:
+                    head += f"\n<{chunk.url}>"
+                parts.append(head)
+            parts.append(chunk.text)
+        return "\n\n".join(parts)
+
+    def _fit(self, chunks: list[StoredChunk], budget: int) -> list[StoredChunk]:
+        counter = self.pipeline.counter
+        kept: list[StoredChunk] = []
+        for chunk in chunks:
+            trial = [*kept, chunk]
+            if counter.count(self._render(self._order(trial))) <= budget:
+                kept = trial
+        return kept
+
+
+def expand(ids: Iterable[str], store: str | ChunkStore) -> dict[str, str]:
+    """The original text of chunks by id, from a store (a path or a store object)."""
+    target = open_store(store)
+    wanted = list(ids)
+    found = target.chunks(wanted)
+    missing = [i for i in wanted if i not in found]
+    if missing:
+        raise InputError(f"chunk id(s) not in the store: {', '.join(missing[:10])}")
+    return {i: found[i].text for i in wanted}
