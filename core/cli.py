@@ -22,6 +22,8 @@ from compactor.inputs import read_paths
 from compactor.pipeline import Pipeline
 from compactor.registry import build_registry
 
+DEFAULT_STORE = ".compactor/chunks.sqlite"
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -45,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--session", help="add the inputs to this session of the chunk store and print "
                         "the session's checklist context")
     parser.add_argument("--store", metavar="PATH", help="chunk store file (default: the pipeline's "
-                        "store.path, else memory)")
+                        f"store.path, else {DEFAULT_STORE} when --session is given, else memory)")
     parser.add_argument("--report-context", action="store_true",
                         help="with --session: print the report context (original chunk text) instead")
     parser.add_argument("--check", action="store_true", help="validate the pipeline file and exit")
@@ -120,7 +122,10 @@ def _main(args: argparse.Namespace) -> int:
 
 def _session_main(args: argparse.Namespace) -> int:
     """Search results through a ContextCompacter: stateful, strategy-switchable, stored by session."""
-    compacter = ContextCompacter(args.strategy, pipeline=args.pipeline, store=args.store,
+    store = args.store
+    if store is None and args.session and not Pipeline.from_yaml(args.pipeline).spec.store.get("path"):
+        store = DEFAULT_STORE  # a session must outlive this process
+    compacter = ContextCompacter(args.strategy, pipeline=args.pipeline, store=store,
                                  session=args.session, query=args.query, budget=args.budget)
     if args.check:
         print(f"{args.pipeline}: ok (strategy {compacter.strategy})")

@@ -148,12 +148,21 @@ class MapReduce(Component):
             passes = 2
             tokens = sum(s.tokens for s in kept)
         run.note("passes", passes)
-        segments = segments_for(context, [Kept(s.chunk, s.chunk.start + s.start, s.chunk.start + s.end)
-                                          for s in kept])
+        segments = self._segments(context, kept)
+        if passes == 2:  # gap marks and joins cost tokens too: drop the weakest until it truly fits
+            by_score = sorted(kept, key=lambda s: s.score)
+            while len(kept) > 1 and sum(run.counter.count_many([g.text for g in segments])) > target:
+                kept.remove(by_score.pop(0))
+                segments = self._segments(context, kept)
         if self.llm:
             segments = self._llm(chunks, segments, context, target, run) or segments
         run.note("tokens_after_reduce", sum(run.counter.count_many([s.text for s in segments])))
         return context.evolve(segments=segments)
+
+    @staticmethod
+    def _segments(context: Context, kept: list[Sentence]) -> tuple[Segment, ...]:
+        return segments_for(context, [Kept(s.chunk, s.chunk.start + s.start, s.chunk.start + s.end)
+                                      for s in kept])
 
     def _map(self, chunks: list[Chunk], query: str | None, run: Run) -> list[list[Sentence]]:
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="compactor-map") as pool:

@@ -93,6 +93,9 @@ class TopicCompressor(Component):
             query = topic if topic == context.query or not context.query else f"{topic} {context.query}"
             found = fx.rule_facts(members, query, run.counter, urls, max_facts=self.max_facts,
                                   min_score=self.min_score)
+            if not found:  # nothing names the topic: its most informative statements stand for it
+                found = fx.rule_facts(members, None, run.counter, urls, max_facts=self.max_facts,
+                                      min_score=self.min_score)
             located = {c.id: c for c in members}
             found.sort(key=lambda f, at=located: _position(f, at, order))
             for fact in found:
