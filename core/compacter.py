@@ -249,12 +249,21 @@ class ContextCompacter:
         return "\n\n".join(parts)
 
     def _fit(self, chunks: list[StoredChunk], budget: int) -> list[StoredChunk]:
+        """Most important first while the estimate fits (chunk and heading counts plus joins), then
+        drop the least important until the rendered text truly fits."""
         counter = self.pipeline.counter
+        costs = counter.count_many([c.text for c in chunks])
         kept: list[StoredChunk] = []
-        for chunk in chunks:
-            trial = [*kept, chunk]
-            if counter.count(self._render(self._order(trial))) <= budget:
-                kept = trial
+        heads: set[str] = set()
+        used = 0
+        for chunk, cost in zip(chunks, costs, strict=True):
+            head = 0 if chunk.source_id in heads else counter.count(self._render([chunk])) - cost + 2
+            if used + cost + head + 2 <= budget:
+                kept.append(chunk)
+                heads.add(chunk.source_id)
+                used += cost + head + 2
+        while kept and counter.count(self._render(self._order(kept))) > budget:
+            kept.pop()
         return kept
 
 
