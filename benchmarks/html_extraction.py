@@ -20,7 +20,6 @@ import argparse
 import gzip
 import importlib.util
 import json
-import os
 import re
 import sys
 import time
@@ -28,7 +27,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from evaldata import REPO_ROOT, eval_dir
+
 DATASETS = ("web-article-extraction", "web-readability-testpages")
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
@@ -90,9 +90,9 @@ def prf(predicted: str, gold: str) -> tuple[float, float, float]:
     return p, r, (2 * p * r / (p + r) if common else 0.0)
 
 
-def load_pages(eval_dir: Path, dataset: str, limit: int | None) -> list[tuple[str, str, str]]:
+def load_pages(root: Path, dataset: str, limit: int | None) -> list[tuple[str, str, str]]:
     """(id, html, gold_text) for each page of one dataset."""
-    folder = eval_dir / dataset
+    folder = root / dataset
     pages = []
     with open(folder / "pages.jsonl", encoding="utf-8") as fh:
         for line in fh:
@@ -134,9 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-trafilatura", action="store_true", help="skip the baseline")
     args = parser.parse_args(argv)
 
-    eval_dir = Path(os.environ.get("COMPACTOR_EVAL_DIR") or REPO_ROOT.parent / "shared" / "eval")
-    if not eval_dir.is_dir():
-        print(f"evaluation data not found at {eval_dir} (set COMPACTOR_EVAL_DIR)", file=sys.stderr)
+    eval_root = eval_dir()
+    if not eval_root.is_dir():
+        print(f"evaluation data not found at {eval_root} (set COMPACTOR_EVAL_DIR)", file=sys.stderr)
         return 2
 
     extractors: dict[str, Extractor] = {"compactor": _load_ours()}
@@ -147,10 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print("-" * len(header))
     for dataset in args.dataset or DATASETS:
-        if not (eval_dir / dataset / "pages.jsonl").is_file():
+        if not (eval_root / dataset / "pages.jsonl").is_file():
             print(f"{dataset:<28}(missing)")
             continue
-        pages = load_pages(eval_dir, dataset, args.limit)
+        pages = load_pages(eval_root, dataset, args.limit)
         for name, extract in extractors.items():
             m = evaluate(extract, pages)
             print(

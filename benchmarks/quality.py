@@ -77,12 +77,13 @@ import statistics
 import sys
 import time
 import unicodedata
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import regex
+from evaldata import eval_dir, read_jsonl
 
 import compactor
 from compactor.sentences import split_sentences
@@ -90,7 +91,6 @@ from compactor.sentences import split_sentences
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 SETS: dict[str, str] = {
     "hotpotqa": "hotpotqa-distractor-sample",
     "musique": "musique-sample",
@@ -135,19 +135,6 @@ class Item:
         return "\n\n".join(self.paragraphs)
 
 
-def eval_dir() -> Path:
-    """The shared evaluation data folder."""
-    env = os.environ.get("COMPACTOR_EVAL_DIR")
-    return Path(env) if env else REPO_ROOT.parent / "shared" / "eval"
-
-
-def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                yield json.loads(line)
-
-
 def _paragraph(ctx: dict[str, str]) -> str:
     return f"{ctx['title'].strip()}\n{ctx['text'].strip()}"
 
@@ -165,7 +152,7 @@ def has_answer(text: str, answers: Sequence[str], lang: str) -> bool:
 
 def load_set(name: str, limit: int, seed: int) -> list[Item]:
     """Items of one set; nq/cmrc get distractor passages from other questions."""
-    rows = list(_jsonl(eval_dir() / SETS[name] / "qa.jsonl"))
+    rows = list(read_jsonl(eval_dir() / SETS[name] / "qa.jsonl"))
     if name not in DISTRACTORS:
         given = [Item(name, r["id"], r["question"], list(r["answers"]),
                       [c["title"] for c in r["contexts"]], [_paragraph(c) for c in r["contexts"]],
@@ -423,13 +410,13 @@ def big_corpus(megabytes: float) -> tuple[str, bool]:
     root = eval_dir()
     docs: list[str] = []
     for name in ("hotpotqa", "musique", "nq", "cmrc"):
-        docs += [_paragraph(c) for r in _jsonl(root / SETS[name] / "qa.jsonl") for c in r["contexts"]]
+        docs += [_paragraph(c) for r in read_jsonl(root / SETS[name] / "qa.jsonl") for c in r["contexts"]]
     summ = root / "summarization-frank-cnndm-xsum" / "summ.jsonl"
     if summ.exists():
-        docs += [r["document"].strip() for r in _jsonl(summ)]
+        docs += [r["document"].strip() for r in read_jsonl(summ)]
     podcasts = root / "transcripts-changelog-podcasts" / "transcripts.jsonl"
     if podcasts.exists():
-        docs += ["\n".join(f"{t['speaker']}: {t['text']}" for t in r["turns"]) for r in _jsonl(podcasts)]
+        docs += ["\n".join(f"{t['speaker']}: {t['text']}" for t in r["turns"]) for r in read_jsonl(podcasts)]
     docs = list(dict.fromkeys(d for d in docs if d.strip()))
     target = int(megabytes * 1_000_000)
     out: list[str] = []
@@ -451,7 +438,7 @@ def long_context(counter: compactor.TokenCounter, tokens: int) -> str:
     root = eval_dir()
     paras: list[str] = []
     for name in ("hotpotqa", "musique", "nq"):
-        paras += [_paragraph(c) for r in _jsonl(root / SETS[name] / "qa.jsonl") for c in r["contexts"]]
+        paras += [_paragraph(c) for r in read_jsonl(root / SETS[name] / "qa.jsonl") for c in r["contexts"]]
     text = "\n\n".join(dict.fromkeys(paras))
     ids = counter.encode(text)
     if len(ids) < tokens:

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from compactor.compacter import ContextCompacter
-from compactor.document import Context, Fact
+from compactor.compacter import ContextCompacter, fact_to_dict
+from compactor.document import Context
 from compactor.errors import CompactorError, ConfigError
 from compactor.inputs import read_paths
 from compactor.pipeline import Pipeline
@@ -106,18 +106,22 @@ def _main(args: argparse.Namespace) -> int:
                            output_format=args.format, progress=progress)
     fmt = args.format or pipeline.spec.output["format"]
     text = explain(context) if args.explain else (context.output or "")
-    if fmt != "json" and not text.endswith("\n"):
+    _emit(args, text, report_dict(context), newline=fmt != "json")
+    if args.fail_under is not None:
+        return _quality_gate(context, args.fail_under)
+    return 0
+
+
+def _emit(args: argparse.Namespace, text: str, report: dict[str, object], newline: bool = True) -> None:
+    """The output to --output (atomically) or stdout, and the report to --report when asked."""
+    if newline and not text.endswith("\n"):
         text += "\n"
     if args.output:
         write_atomic(Path(args.output), text)
     else:
         sys.stdout.write(text)
     if args.report:
-        write_atomic(Path(args.report), json.dumps(report_dict(context), indent=2,
-                                                   ensure_ascii=False) + "\n")
-    if args.fail_under is not None:
-        return _quality_gate(context, args.fail_under)
-    return 0
+        write_atomic(Path(args.report), json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
 def _session_main(args: argparse.Namespace) -> int:
@@ -139,28 +143,16 @@ def _session_main(args: argparse.Namespace) -> int:
     elif args.format == "json":
         context = compacter.get_checklist_context()
         text = json.dumps({"session": compacter.session, "strategy": compacter.strategy,
-                           "checklist": [_fact_json(f) for f in context] if isinstance(context, list)
+                           "checklist": [fact_to_dict(f) for f in context] if isinstance(context, list)
                            else context}, indent=2, ensure_ascii=False)
     else:
         text = compacter.checklist_text()
-    if not text.endswith("\n"):
-        text += "\n"
-    if args.output:
-        write_atomic(Path(args.output), text)
-    else:
-        sys.stdout.write(text)
-    if args.report:
-        write_atomic(Path(args.report), json.dumps(batch, indent=2, ensure_ascii=False, default=str) + "\n")
+    _emit(args, text, batch)
     if not args.quiet:
         print(f"compactor-run: session {compacter.session} ({compacter.strategy}): batch {batch['batch']}, "
               f"{batch['new_pages']} new page(s) of {batch['results']}, {len(batch['quarantined'])} "
               f"chunk(s) quarantined", file=sys.stderr)
     return 0
-
-
-def _fact_json(fact: Fact) -> dict[str, object]:
-    return {"id": fact.id, "text": fact.text, "chunk_ids": list(fact.chunk_ids),
-            "source_url": fact.source_url, "score": fact.score}
 
 
 def _quality_gate(context: Context, threshold: float) -> int:

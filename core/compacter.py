@@ -78,12 +78,14 @@ def _strategy_of(pipeline: Pipeline) -> str:
                               field="steps"))
 
 
-def _fact_dict(fact: Fact) -> dict[str, Any]:
+def fact_to_dict(fact: Fact) -> dict[str, Any]:
+    """A fact as JSON-ready data (how the knowledge base stores it)."""
     return {"id": fact.id, "text": fact.text, "chunk_ids": list(fact.chunk_ids),
             "source_url": fact.source_url, "score": fact.score}
 
 
-def _fact(data: Mapping[str, Any]) -> Fact:
+def fact_from_dict(data: Mapping[str, Any]) -> Fact:
+    """The inverse of `fact_to_dict`."""
     return Fact(id=str(data["id"]), text=str(data["text"]), chunk_ids=tuple(data["chunk_ids"]),
                 source_url=data.get("source_url"), score=float(data.get("score", 0.0)))
 
@@ -136,7 +138,7 @@ class ContextCompacter:
     @property
     def facts(self) -> list[Fact]:
         """Strategy A's knowledge base: every fact so far."""
-        return [_fact(f) for f in self.store.knowledge(self.session, "facts", [])]
+        return [fact_from_dict(f) for f in self.store.knowledge(self.session, "facts", [])]
 
     @property
     def chunk_ids(self) -> list[str]:
@@ -164,20 +166,20 @@ class ContextCompacter:
         details = {r.step: dict(r.details) for r in result.reports}
         knowledge: dict[str, Any] = {"strategy": self.strategy}
         if self.strategy == "fact_centric":
-            knowledge["facts"] = [_fact_dict(f) for f in result.facts]
+            knowledge["facts"] = [fact_to_dict(f) for f in result.facts]
         elif self.strategy == "chunk_filtering":
             knowledge["kept_chunk_ids"] = list(result.meta.get("kept_chunk_ids", meta["kept_chunk_ids"]))
         else:
             knowledge["summary"] = str(result.meta.get("summary", meta["summary"]))
         quarantined = [q for d in details.values() for q in d.get("quarantined", [])]
         dropped = [p for d in details.values() for p in d.get("dropped_pages", [])]
-        report = {"query": query, "results": len(sources), "new_pages": len(result.sources) if sources else 0,
+        report = {"query": query, "results": len(sources), "new_pages": len(result.sources),
                   "chunks": len(result.chunks), "dropped_pages": dropped, "quarantined": quarantined}
         signatures = {s.id: tuple(s.metadata["signature"]) for s in result.sources
-                      if "signature" in s.metadata} if sources else {}
+                      if "signature" in s.metadata}
         number = self.store.commit_batch(self.session, Batch(
-            sources=result.sources if sources else (), chunks=result.chunks if sources else (),
-            signatures=signatures, knowledge=knowledge, report=report))
+            sources=result.sources, chunks=result.chunks, signatures=signatures, knowledge=knowledge,
+            report=report))
         return {"batch": number, **report, "steps": details}
 
     def get_checklist_context(self) -> list[Fact] | str:

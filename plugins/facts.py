@@ -36,6 +36,7 @@ class Candidate:
     text: str
     score: float
     terms: frozenset[str]
+    tokens: int
 
 
 def fact_id(text: str) -> str:
@@ -47,6 +48,27 @@ def _long_enough(text: str) -> bool:
     if len(_CJK.findall(text)) >= MIN_CJK:
         return True
     return len(text.split()) >= MIN_WORDS
+
+
+def query_idf(term_sets: Iterable[frozenset[str]], query_terms: set[str]) -> dict[str, float]:
+    """BM25-style idf of each query term over a set of sentences."""
+    sets = list(term_sets)
+    df: Counter[str] = Counter()
+    for terms in sets:
+        df.update(terms & query_terms)
+    n = len(sets)
+    return {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in query_terms}
+
+
+def relevance(terms: frozenset[str], idf: dict[str, float]) -> float:
+    """The idf-weighted share of the query's terms a sentence holds."""
+    return sum(idf[t] for t in terms & idf.keys()) / (sum(idf.values()) or 1.0)
+
+
+def information(text: str) -> float:
+    """What a sentence carries: numbers, dates and names, saturating at four."""
+    sig = ts.signals(text)
+    return min(1.0, (sig.number_hits + sig.date_hits + len(sig.entities)) / 4)
 
 
 def candidates(chunks: Sequence[Chunk], query: str | None, counter: TokenCounter) -> list[Candidate]:
@@ -61,28 +83,22 @@ def candidates(chunks: Sequence[Chunk], query: str | None, counter: TokenCounter
             rows.append((chunk, text, frozenset(ts.terms(text))))
     if not rows:
         return []
-    df: Counter[str] = Counter()
-    for _, _, terms in rows:
-        df.update(terms & query_terms)
-    n = len(rows)
-    idf = {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in query_terms}
-    idf_total = sum(idf.values()) or 1.0
+    idf = query_idf((terms for _, _, terms in rows), query_terms)
     costs = counter.count_many([text for _, text, _ in rows])
     out = []
     for (chunk, text, terms), cost in zip(rows, costs, strict=True):
         if cost > MAX_FACT_TOKENS:
             continue
-        sig = ts.signals(text)
-        info = min(1.0, (sig.number_hits + sig.date_hits + len(sig.entities)) / 4)
+        info = information(text)
         prior = float(chunk.scores.get("combined", chunk.scores.get("relevance", 0.5)))
         if query_terms:
-            relevance = sum(idf[t] for t in terms & query_terms) / idf_total
-            if relevance <= 0:
+            share = relevance(terms, idf)
+            if share <= 0:
                 continue
-            score = 0.6 * relevance + 0.2 * info + 0.2 * prior
+            score = 0.6 * share + 0.2 * info + 0.2 * prior
         else:
             score = 0.5 * info + 0.5 * prior
-        out.append(Candidate(chunk, text, round(score, 4), terms))
+        out.append(Candidate(chunk, text, round(score, 4), terms, cost))
     out.sort(key=lambda c: -c.score)
     return out
 

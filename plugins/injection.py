@@ -83,6 +83,15 @@ def quarantine_report(flagged: Sequence[Chunk], context: Context) -> list[dict[s
             for c in flagged]
 
 
+def usable_chunks(context: Context, run: Run, quarantine: bool = True) -> list[Chunk]:
+    """The context's chunks, minus flagged ones when `quarantine` (listed in the step report)."""
+    if not quarantine:
+        return list(context.chunks)
+    clean, flagged = split_quarantined(context.chunks)
+    run.note("quarantined", quarantine_report(flagged, context))
+    return clean
+
+
 class InjectionClassifier(Component):
     """Flags chunks with prompt-injection text (English and Chinese rules) as `injection`."""
 

@@ -39,6 +39,11 @@ def shipped_prompt(lang: str, name: str = "fallback") -> str:
     return resource.read_text(encoding="utf-8")
 
 
+def template_for(prompt: str | None, name: str, lang: str) -> str:
+    """A user's prompt file when given, else the shipped `<name>.<lang>.md`."""
+    return Path(prompt).read_text(encoding="utf-8") if prompt else shipped_prompt(lang, name)
+
+
 def fill(template: str, **values: str) -> str:
     """Replace `{query}`, `{budget}`, `{content}` in one pass (so braces in the content are safe)."""
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
@@ -186,6 +191,4 @@ class LLMFallback(Component):
         return "zh" if len(_CJK.findall(text)) > len(_LATIN.findall(text)) else "en"
 
     def _template(self, lang: str) -> str:
-        if self.prompt is not None:
-            return Path(self.prompt).read_text(encoding="utf-8")
-        return shipped_prompt(lang)
+        return template_for(self.prompt, "fallback", lang)

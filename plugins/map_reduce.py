@@ -15,18 +15,16 @@ that invents a number, date or name is rejected and that chunk keeps its rule ex
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from compactor.components import Component
 from compactor.document import Chunk, Context, Segment, frozen_mapping
 from compactor.hookspecs import hookimpl
+from compactor.plugins import facts as fx
 from compactor.plugins import textstats as ts
-from compactor.plugins.llm_fallback import fill, shipped_prompt
+from compactor.plugins.llm_fallback import fill, template_for
 from compactor.plugins.llm_guard import Request, complete_guarded
 from compactor.plugins.select import Kept, segments_for
 from compactor.run import Run
@@ -55,19 +53,12 @@ def _sentences(chunk: Chunk) -> list[Sentence]:
 def _score(sentences: list[Sentence], query: str | None, run: Run) -> list[Sentence]:
     """Query relevance (idf-weighted share of query terms) plus information (numbers, names)."""
     query_terms = set(ts.terms(query or ""))
-    df: Counter[str] = Counter()
-    for s in sentences:
-        df.update(s.terms & query_terms)
-    n = len(sentences) or 1
-    idf = {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in query_terms}
-    total_idf = sum(idf.values()) or 1.0
+    idf = fx.query_idf((s.terms for s in sentences), query_terms)
     costs = run.counter.count_many([s.chunk.text[s.start:s.end] for s in sentences])
     scored = []
     for s, cost in zip(sentences, costs, strict=True):
-        sig = ts.signals(s.chunk.text[s.start:s.end])
-        info = min(1.0, (sig.number_hits + sig.date_hits + len(sig.entities)) / 4)
-        relevance = sum(idf[t] for t in s.terms & query_terms) / total_idf if query_terms else 0.0
-        score = 0.7 * relevance + 0.3 * info if query_terms else info
+        info = fx.information(s.chunk.text[s.start:s.end])
+        score = 0.7 * fx.relevance(s.terms, idf) + 0.3 * info if query_terms else info
         scored.append(Sentence(s.chunk, s.start, s.end, s.terms, score, cost))
     return scored
 
@@ -155,7 +146,7 @@ class MapReduce(Component):
                 kept.remove(by_score.pop(0))
                 segments = self._segments(context, kept)
         if self.llm:
-            segments = self._llm(chunks, segments, context, target, run) or segments
+            segments = self._llm(chunks, context, target, run) or segments
         run.note("tokens_after_reduce", sum(run.counter.count_many([s.text for s in segments])))
         return context.evolve(segments=segments)
 
@@ -189,17 +180,13 @@ class MapReduce(Component):
                     merged.append(s)
         return sorted(merged, key=lambda s: (s.chunk.source_id, s.chunk.start + s.start))
 
-    def _llm(self, chunks: list[Chunk], rule: tuple[Segment, ...], context: Context, target: int,
+    def _llm(self, chunks: list[Chunk], context: Context, target: int,
              run: Run) -> tuple[Segment, ...] | None:
         """LLM map over the chunks, then an LLM reduce; None keeps the rule result."""
         lang = "zh" if detect_lang("\n".join(c.text[:2000] for c in chunks[:5])) == "zh" else "en"
         per_map = max(200, target // max(len(chunks), 1))
         query = context.query or ""
-
-        def template(path: str | None, name: str) -> str:
-            return Path(path).read_text(encoding="utf-8") if path else shipped_prompt(lang, name)
-
-        maps = complete_guarded([Request(fill(template(self.map_prompt, "map"), query=query,
+        maps = complete_guarded([Request(fill(template_for(self.map_prompt, "map", lang), query=query,
                                               budget=str(per_map), content=c.text), f"{c.text}\n{query}")
                                  for c in chunks], run)
         if any(m is None for m in maps):
@@ -207,8 +194,8 @@ class MapReduce(Component):
             return None
         joined = "\n\n".join(m or "" for m in maps)
         source = "\n".join(c.text for c in chunks) + "\n" + query
-        reduce_prompt = fill(template(self.reduce_prompt, "reduce"), query=query, budget=str(target),
-                             content=joined)
+        reduce_prompt = fill(template_for(self.reduce_prompt, "reduce", lang), query=query,
+                             budget=str(target), content=joined)
         reduced = complete_guarded([Request(reduce_prompt, source, target)], run)[0]
         if reduced is None:
             run.note("llm_used", False)

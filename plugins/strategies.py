@@ -19,29 +19,20 @@ State between batches travels in the context: `facts` (A), `meta["kept_chunk_ids
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from compactor.components import Component
 from compactor.document import Chunk, Context, Fact, Segment, frozen_mapping
 from compactor.fidelity import invented_facts
 from compactor.hookspecs import hookimpl
 from compactor.plugins import facts as fx
-from compactor.plugins.injection import quarantine_report, split_quarantined
-from compactor.plugins.llm_fallback import fill, shipped_prompt
+from compactor.plugins.injection import usable_chunks
+from compactor.plugins.llm_fallback import fill, template_for
 from compactor.plugins.llm_guard import Request, complete_guarded
 from compactor.plugins.select import Kept, segments_for
 from compactor.run import Run
 from compactor.sentences import detect_lang, split_sentences
 
 DEFAULT_BATCH_BUDGET = 4000
-
-
-def _usable(context: Context, run: Run, quarantine: bool) -> list[Chunk]:
-    if not quarantine:
-        return list(context.chunks)
-    clean, flagged = split_quarantined(context.chunks)
-    run.note("quarantined", quarantine_report(flagged, context))
-    return clean
 
 
 def _urls(context: Context) -> dict[str, str | None]:
@@ -51,10 +42,6 @@ def _urls(context: Context) -> dict[str, str | None]:
 def _lang(chunks: Sequence[Chunk]) -> str:
     lang = detect_lang("\n".join(c.text for c in chunks[:50]))
     return "zh" if lang == "zh" else "en"
-
-
-def _template(prompt: str | None, name: str, lang: str) -> str:
-    return Path(prompt).read_text(encoding="utf-8") if prompt else shipped_prompt(lang, name)
 
 
 def fact_lines(facts: Sequence[Fact], limit: int | None, run: Run) -> tuple[str, list[Fact]]:
@@ -90,7 +77,7 @@ class FactCentric(Component):
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
-        chunks = _usable(context, run, self.quarantine)
+        chunks = usable_chunks(context, run, self.quarantine)
         urls = _urls(context)
         new = self._llm_facts(chunks, context, run) if self.llm and chunks else None
         if new is None:
@@ -112,7 +99,7 @@ class FactCentric(Component):
     def _llm_facts(self, chunks: list[Chunk], context: Context, run: Run) -> list[Fact] | None:
         lang = _lang(chunks)
         content = "\n\n".join(f"[{c.id}] {c.text.strip()}" for c in chunks)
-        prompt = fill(_template(self.prompt, "facts", lang), query=context.query or "",
+        prompt = fill(template_for(self.prompt, "facts", lang), query=context.query or "",
                       budget=str(self.max_facts), content=content)
         reply = complete_guarded([Request(prompt, content)], run, check_reply=False)[0]
         if reply is None:
@@ -150,7 +137,7 @@ class ChunkFiltering(Component):
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
-        chunks = _usable(context, run, self.quarantine)
+        chunks = usable_chunks(context, run, self.quarantine)
         value = {c.id: float(c.scores.get("combined", 0.0)) for c in chunks}
         relevance = {c.id: float(c.scores.get("relevance", 1.0)) for c in chunks}
         top = max(value.values(), default=0.0)
@@ -200,7 +187,7 @@ class Summarization(Component):
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
-        chunks = _usable(context, run, self.quarantine)
+        chunks = usable_chunks(context, run, self.quarantine)
         previous = str(context.meta.get("summary", ""))
         limit = min(self.max_tokens, context.resolved_budget() or self.max_tokens)
         summary, sources = self._rules(previous, chunks, context.query, limit, run)
@@ -229,11 +216,10 @@ class Summarization(Component):
         for cand in pool:
             if any(fx.same_fact(cand.terms, c.terms) for c in chosen):
                 continue
-            cost = run.counter.count(cand.text + " ")
-            if used + cost > limit:
+            if used + cand.tokens + 1 > limit:  # + the newline that joins it
                 continue
             chosen.append(cand)
-            used += cost
+            used += cand.tokens + 1
         order = {id(c): i for i, c in enumerate(chunks)}
         chosen.sort(key=lambda c: (c.text not in old_set,
                                    old.index(c.text) if c.text in old_set else 0,
@@ -248,7 +234,7 @@ class Summarization(Component):
              run: Run) -> str | None:
         lang = _lang(chunks)
         content = "\n\n".join(c.text.strip() for c in chunks)
-        prompt = fill(_template(self.prompt, "summary", lang), query=context.query or "",
+        prompt = fill(template_for(self.prompt, "summary", lang), query=context.query or "",
                       budget=str(limit), content=f"{previous}\n\n---\n\n{content}" if previous else content)
         source = f"{previous}\n{content}\n{context.query or ''}"
         return complete_guarded([Request(prompt, source, limit)], run)[0]

@@ -12,13 +12,12 @@ within the budget.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from compactor.components import Component
 from compactor.document import Chunk, Context, Fact, Segment, frozen_mapping
 from compactor.hookspecs import hookimpl
 from compactor.plugins import facts as fx
-from compactor.plugins.injection import quarantine_report, split_quarantined
+from compactor.plugins.injection import usable_chunks
 from compactor.run import Run
 
 REFERENCES = {"en": "References", "zh": "参考资料"}
@@ -76,15 +75,12 @@ class TopicCompressor(Component):
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
-        chunks = list(context.chunks)
-        if self.quarantine:
-            chunks, flagged = split_quarantined(chunks)
-            run.note("quarantined", quarantine_report(flagged, context))
+        chunks = usable_chunks(context, run, self.quarantine)
         default = context.query or "research"
         topic_of = {s.id: str(s.metadata.get("topic") or default) for s in context.sources}
         urls = {s.id: s.uri for s in context.sources}
         order = {s.id: i for i, s in enumerate(context.sources)}
-        topics: dict[str, list[Any]] = {}
+        topics: dict[str, list[Chunk]] = {}
         for chunk in chunks:
             topics.setdefault(topic_of[chunk.source_id], []).append(chunk)
         all_facts: dict[str, Fact] = {}
