@@ -10,7 +10,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from compactor.compacter import ContextCompacter, expand
+from compactor.compaction import BudgetError
 from compactor.components import Component, Param, ScoreSet
+from compactor.conversation import (
+    EXPAND_TOOL,
+    CompactedMessages,
+    compact_messages,
+    count_message_tokens,
+    handle_expand_call,
+)
 from compactor.document import (
     Budget,
     Chunk,
@@ -55,9 +63,12 @@ def compress(
 
 
 __all__ = [
+    "EXPAND_TOOL",
     "Budget",
+    "BudgetError",
     "Chunk",
     "ChunkStore",
+    "CompactedMessages",
     "CompactorError",
     "Component",
     "ConfigError",
@@ -81,9 +92,12 @@ __all__ = [
     "TokenCounter",
     "TranscriptSegment",
     "__version__",
+    "compact_messages",
     "compress",
+    "count_message_tokens",
     "expand",
     "get_counter",
+    "handle_expand_call",
     "hookimpl",
     "hookspec",
     "open_store",

@@ -15,12 +15,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from compactor.compacter import ContextCompacter, fact_to_dict
-from compactor.document import Context
+from compactor.compacter import ContextCompacter, expand, fact_to_dict
+from compactor.document import Context, frozen_mapping
 from compactor.errors import CompactorError, ConfigError
 from compactor.inputs import read_paths
 from compactor.pipeline import Pipeline
 from compactor.registry import build_registry
+from compactor.store import Batch, open_store
 
 DEFAULT_STORE = ".compactor/chunks.sqlite"
 
@@ -34,8 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("inputs", nargs="*", help="files, directories or - for stdin (default: -)")
     parser.add_argument("-q", "--query", help="what the compressed context must answer")
     parser.add_argument("-b", "--budget", type=int, metavar="TOKENS", help="token budget")
-    parser.add_argument("-f", "--format", choices=("text", "markdown", "json"),
-                        help="output format (json carries provenance)")
+    parser.add_argument("-f", "--format", choices=("text", "markdown", "json", "messages"),
+                        help="output format (json carries provenance; messages: a compacted history as "
+                        "the JSON message list to send)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write here (atomically), not stdout")
     parser.add_argument("--report", metavar="FILE", help="write the step reports as JSON")
     parser.add_argument("--explain", action="store_true",
@@ -50,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
                         f"store.path, else {DEFAULT_STORE} when --session is given, else memory)")
     parser.add_argument("--report-context", action="store_true",
                         help="with --session: print the report context (original chunk text) instead")
+    parser.add_argument("--keep-last", type=int, metavar="N",
+                        help="conversations: turns kept verbatim at the end (a call with its results is one)")
+    parser.add_argument("--role", help="conversations: write the handoff summary of this speaker "
+                        "(its name or role)")
+    parser.add_argument("--expand", nargs="+", metavar="ID",
+                        help="print the original text of these chunk ids (ranges like <id>-0002..0009 too) "
+                        "from --store, and exit")
     parser.add_argument("--check", action="store_true", help="validate the pipeline file and exit")
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved pipeline with defaults and exit")
@@ -85,12 +94,20 @@ def _main(args: argparse.Namespace) -> int:
     if args.list_plugins:
         print(list_plugins())
         return 0
+    if args.expand:
+        if not args.store:
+            raise ConfigError("--expand needs --store PATH (the chunk store the ids were written to)")
+        for cid, text in expand(args.expand, args.store).items():
+            sys.stdout.write(f"[{cid}]\n{text}\n\n")
+        return 0
     if not args.pipeline:
         raise ConfigError("a pipeline file is required (or --list-plugins); "
                           "try `compactor-run generic page.html --budget 500`")
-    if args.strategy or args.session or args.store:
-        return _session_main(args)
     pipeline = Pipeline.from_yaml(args.pipeline)
+    conversation = any(info.name == "compress.eight_segment"
+                       for step in pipeline.spec.steps for info, _ in step.components)
+    if (args.strategy or args.session or args.store) and not conversation:
+        return _session_main(args)
     if args.check:
         steps = len(pipeline.spec.steps)
         print(f"{args.pipeline}: ok ({steps} step{'s' if steps != 1 else ''})")
@@ -102,8 +119,19 @@ def _main(args: argparse.Namespace) -> int:
         raise ConfigError("--budget must be a positive number of tokens")
     sources = read_paths(args.inputs or ["-"])
     progress = _progress_printer(sys.stderr) if not args.quiet and sys.stderr.isatty() else None
-    context = pipeline.run(sources, query=args.query, budget=args.budget,
-                           output_format=args.format, progress=progress)
+    options = {k: v for k, v in (("keep_last", args.keep_last), ("role", args.role)) if v is not None}
+    if options and not conversation:
+        raise ConfigError("--keep-last and --role apply to conversation pipelines (compress.eight_segment)")
+    if args.keep_last is not None and args.keep_last < 0:
+        raise ConfigError("--keep-last must be 0 or more")
+    inputs = Context(sources=tuple(sources), query=pipeline.spec.query, budget=pipeline.spec.budget,
+                     meta=frozen_mapping({"conversation_options": options} if options else {}))
+    store = open_store(args.store or (DEFAULT_STORE if args.session else None)) if conversation else None
+    context = pipeline.run(inputs, query=args.query, budget=args.budget, output_format=args.format,
+                           progress=progress, store=store, session=args.session)
+    if store is not None and (args.store or args.session):
+        store.commit_batch(args.session or "conversation", Batch(
+            sources=context.sources, chunks=context.chunks, report={"kind": "conversation"}))
     fmt = args.format or pipeline.spec.output["format"]
     text = explain(context) if args.explain else (context.output or "")
     _emit(args, text, report_dict(context), newline=fmt != "json")

@@ -22,7 +22,7 @@ from compactor.errors import ConfigError, Problem
 from compactor.registry import ComponentInfo, Registry
 from compactor.yamlmarks import Marked, Path, load_marked
 
-OUTPUT_FORMATS = ("text", "markdown", "json")
+OUTPUT_FORMATS = ("text", "markdown", "json", "messages")
 CONDITION_NAMES = ("tokens", "input_tokens", "budget", "chunks", "sources", "segments", "query")
 
 # key -> (type hint, default, check returning an error message or None)

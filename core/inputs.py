@@ -16,8 +16,9 @@ from typing import Any, BinaryIO
 
 import regex
 
-from compactor.document import Message, Source, TranscriptSegment
+from compactor.document import Source, TranscriptSegment
 from compactor.errors import InputError
+from compactor.messages import conversation_source, parse_message
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".rst", ".text"}
 HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
@@ -147,7 +148,9 @@ def _from_records(records: list[tuple[int, Any]], name: str) -> list[Source]:
     if not isinstance(first, dict):
         raise InputError(f"{name}:{records[0][0]}: expected JSON objects, got {type(first).__name__}")
     if "role" in first:
-        return [conversation_source([_message(r, name, n) for n, r in records], name)]
+        return [conversation_source([parse_message(r, f"{name}:{n}") for n, r in records], _uri(name))]
+    if isinstance(first.get("messages"), list):
+        return [_conversation_record(r, name, n) for n, r in records]
     if "start" in first and "text" in first:
         return [transcript_source([_segment(r, name, n, i) for i, (n, r) in enumerate(records)],
                                   name)]
@@ -165,45 +168,17 @@ def _from_records(records: list[tuple[int, Any]], name: str) -> list[Source]:
     return sources
 
 
-def _message(record: Any, name: str, number: int) -> Message:
-    if not isinstance(record, dict) or not isinstance(record.get("role"), str):
-        raise InputError(f"{name}:{number}: a message needs a string `role`")
-    content = record.get("content")
-    if isinstance(content, list):
-        content = "\n".join(_block_text(b) for b in content)
-    elif content is None:
-        content = ""
-    elif not isinstance(content, str):
-        raise InputError(f"{name}:{number}: message `content` must be text or a list of blocks")
-    return Message(role=record["role"], content=content, name=record.get("name"),
-                   tool_calls=tuple(record.get("tool_calls") or ()),
-                   tool_call_id=record.get("tool_call_id"), raw=record)
-
-
-def _block_text(block: Any) -> str:
-    if isinstance(block, str):
-        return block
-    if not isinstance(block, dict):
-        return ""
-    if block.get("type") == "tool_use":
-        return f"[tool_use {block.get('name')}] {json.dumps(block.get('input'), ensure_ascii=False)}"
-    if block.get("type") == "tool_result":
-        inner = block.get("content")
-        return inner if isinstance(inner, str) else "\n".join(_block_text(b) for b in inner or [])
-    return str(block.get("text", ""))
-
-
-def conversation_source(messages: list[Message], name: str) -> Source:
-    """One source per conversation; its text lists the messages as `role: content` blocks."""
-    parts = []
-    for message in messages:
-        who = f"{message.role} ({message.name})" if message.name else message.role
-        calls = "".join(f"\n[tool_call {c.get('function', {}).get('name', '?')}] "
-                        f"{c.get('function', {}).get('arguments', '')}"
-                        for c in message.tool_calls if isinstance(c, dict))
-        parts.append(f"{who}: {message.content}{calls}")
-    return Source.from_text("\n\n".join(parts), kind="conversation", uri=_uri(name),
-                            messages=messages)
+def _conversation_record(record: Any, name: str, number: int) -> Source:
+    """One conversation per JSONL record `{"id"?, "messages": [...], ...}` (a batch of histories)."""
+    if not isinstance(record, dict) or not isinstance(record.get("messages"), list):
+        raise InputError(f"{name}:{number}: expected a record with a `messages` list")
+    where = f"{name}:{number}"
+    messages = [parse_message(m, f"{where}: message {i}") for i, m in enumerate(record["messages"])]
+    if not messages:
+        raise InputError(f"{where}: the message list is empty")
+    label = str(record.get("id")) if record.get("id") is not None else f"{name}#{number}"
+    return conversation_source(messages, label,
+                               metadata={k: v for k, v in record.items() if k != "messages"})
 
 
 def _segment(record: Any, name: str, number: int, position: int) -> TranscriptSegment:

@@ -120,18 +120,21 @@ class Pipeline:
         progress: Progress | None = None,
         store: Any = None,
         session: str | None = None,
+        llm: Mapping[str, Any] | None = None,
     ) -> Context:
         """Run every step on `inputs` and return the final context (`.output` is the text).
 
         `store` and `session` (a `compactor.store.ChunkStore` and a session id) are offered to the
         components as `run.settings["session"]`, for the ones that consult what a session holds.
+        `llm` overrides keys of the pipeline's `llm:` section for this run (model, base_url, ...).
         """
         context = self._initial(inputs, query, budget)
         render_steps = [name for s, name, _ in self._instances if s.stage == "render"]
         declared = render_steps[-1].split(".", 1)[1] if render_steps else self.spec.output["format"]
         fmt = output_format or declared
         run = Run(counter=self.counter, pipeline=self.spec.name,
-                  settings={"llm": self.spec.llm, "store": self.spec.store,
+                  settings={"llm": {**self.spec.llm, **{k: v for k, v in (llm or {}).items()
+                                                          if v is not None}}, "store": self.spec.store,
                             "output": {**self.spec.output, "format": fmt},
                             "session": {"store": store, "id": session} if store is not None else {}})
         context = with_counts(context, run)

@@ -6,13 +6,14 @@ from collections.abc import Callable
 
 from compactor.components import Component
 from compactor.hookspecs import hookimpl
-from compactor.plugins.chunkers import ParagraphChunker, SentenceChunker, TokenChunker
+from compactor.plugins.chunkers import MessageChunker, ParagraphChunker, SentenceChunker, TokenChunker
 from compactor.plugins.classify import RuleClassifier
 from compactor.plugins.cleaners import DedupeCleaner, HtmlCleaner, NormalizeCleaner
+from compactor.plugins.eight_segment import EightSegment
 from compactor.plugins.injection import InjectionClassifier
 from compactor.plugins.llm_fallback import LLMFallback
 from compactor.plugins.map_reduce import MapReduce
-from compactor.plugins.render import JsonRenderer, MarkdownRenderer, TextRenderer
+from compactor.plugins.render import JsonRenderer, MarkdownRenderer, MessagesRenderer, TextRenderer
 from compactor.plugins.scorers import DensityScorer, ImportanceScorer, RecencyScorer, RelevanceScorer
 from compactor.plugins.seen import SeenPages
 from compactor.plugins.select import SelectCompressor
@@ -28,6 +29,7 @@ BUILTIN_COMPONENTS: tuple[type[Component], ...] = (
     TokenChunker,
     SentenceChunker,
     ParagraphChunker,
+    MessageChunker,
     RuleClassifier,
     InjectionClassifier,
     DensityScorer,
@@ -40,12 +42,14 @@ BUILTIN_COMPONENTS: tuple[type[Component], ...] = (
     Summarization,
     MapReduce,
     TopicCompressor,
+    EightSegment,
     LossValidator,
     RatioController,
     LLMFallback,
     TextRenderer,
     MarkdownRenderer,
     JsonRenderer,
+    MessagesRenderer,
     FootnoteRenderer,
 )
 

@@ -9,6 +9,7 @@ import regex
 from compactor.components import Component
 from compactor.document import Chunk, Context, chunk_id
 from compactor.hookspecs import hookimpl
+from compactor.messages import message_tokens
 from compactor.plugins.chunking import pack_units, token_windows
 from compactor.run import Run
 from compactor.sentences import detect_lang, split_sentences
@@ -121,3 +122,42 @@ class ParagraphChunker(Component):
                     pack_units(text, paragraph_spans(text), run.counter, self.size, self.overlap)]
 
         return _chunked(context, cut)
+
+
+class MessageChunker(Component):
+    """One chunk per conversation message, so chunk `i` of a history is message `i` and the store can
+    give any message back by its id; its token count is the message's cost in a chat request. Other
+    sources are packed by paragraphs up to `size` tokens."""
+
+    name = "chunk.messages"
+    stage = "chunk"
+    provides = ("chunks",)
+
+    def __init__(self, *, size: int = 512) -> None:
+        self.size = size
+
+    @staticmethod
+    def check_params(params: dict[str, object]) -> list[str]:
+        size = params["size"]
+        return [] if isinstance(size, int) and size >= 8 else ["size must be at least 8 tokens"]
+
+    @hookimpl
+    def compactor_chunk(self, context: Context, run: Run) -> Context:
+        chunks: list[Chunk] = []
+        for source in context.sources:
+            spans = source.metadata.get("spans") if source.kind == "conversation" else None
+            if spans and source.text == source.original and len(spans) == len(source.messages):
+                # a message chunk counts what the message costs in a chat request
+                cut = [(start, end, message_tokens(message, run.counter), (i, i + 1))
+                       for i, ((start, end), message) in enumerate(zip(spans, source.messages, strict=True))]
+            elif source.text.strip():
+                cut = [(s, e, t, (a, b)) for s, e, t, a, b in
+                       pack_units(source.text, paragraph_spans(source.text), run.counter, self.size, 0)]
+            else:
+                continue
+            for index, (start, end, tokens, units) in enumerate(cut):
+                piece = source.text[start:end]
+                chunks.append(Chunk(id=chunk_id(source.id, index), source_id=source.id, index=index,
+                                    start=start, end=end, text=piece, tokens=tokens,
+                                    lang=detect_lang(piece[:2000]), units=units))
+        return context.evolve(chunks=tuple(chunks), segments=())

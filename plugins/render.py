@@ -1,13 +1,16 @@
-"""render.text, render.markdown, render.json: the final text, within the budget."""
+"""render.text, render.markdown, render.json, render.messages: the final output."""
 
 from __future__ import annotations
 
 import json
 from typing import Any, ClassVar
 
+from compactor.compaction import assemble
 from compactor.components import Component
 from compactor.document import Context, Segment
+from compactor.errors import StageError
 from compactor.hookspecs import hookimpl
+from compactor.messages import to_dict
 from compactor.plugins.chunking import token_windows
 from compactor.plugins.select import source_heading
 from compactor.run import Run
@@ -119,3 +122,36 @@ class JsonRenderer(Component):
                        "skipped": r.skipped} for r in context.reports],
         }
         return json.dumps(data, ensure_ascii=False, indent=2, default=str)
+
+
+class MessagesRenderer(Component):
+    """A compacted history as the JSON message list to send back to the model (head verbatim, the
+    summary message, tail verbatim); several histories give one JSON object per line.
+
+    Not budget-checked as text: the compressor already fitted the messages' token cost (OpenAI's
+    per-message accounting) to the budget, and JSON syntax is not part of that cost.
+    """
+
+    name = "render.messages"
+    stage = "render"
+    budgeted: ClassVar[bool] = False
+
+    @hookimpl
+    def compactor_render(self, context: Context, run: Run) -> str:
+        plans = context.meta.get("conversations") or {}
+        lists = []
+        for source in context.sources:
+            if source.kind != "conversation":
+                continue
+            plan = plans.get(source.id)
+            if plan is None:
+                lists.append((source, [to_dict(m) for m in source.messages]))
+            else:
+                lists.append((source, assemble(source.messages, plan, plan.get("summary"),
+                                               plan.get("summary_role", "user"))))
+        if not lists:
+            raise StageError("render.messages needs a conversation (a JSON message list) as input")
+        if len(lists) == 1:
+            return json.dumps(lists[0][1], ensure_ascii=False, indent=2)
+        return "\n".join(json.dumps({"id": source.uri or source.id, "messages": messages}, ensure_ascii=False)
+                         for source, messages in lists)

@@ -72,7 +72,7 @@ def test_stdin_to_atomic_output_file_and_report(tmp_path: Path) -> None:
         (["generic", "-"], b"\xff\xfe\x00\x00binary\x00", 2, "binary"),
         (["generic", "-"], b"caf\xe9", 2, "invalid UTF-8"),
         (["generic", "missing.txt"], None, 2, "missing.txt: no such file"),
-        (["no-such-pipeline"], None, 2, "Shipped pipelines: deep-search, generic"),
+        (["no-such-pipeline"], None, 2, "Shipped pipelines: conversation, deep-search, generic"),
         (["generic", "-", "--budget", "0"], b"x", 2, "--budget must be a positive"),
         ([], None, 2, "a pipeline file is required"),
     ],

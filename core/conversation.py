@@ -1,0 +1,171 @@
+"""`compact_messages`: an agent's history, compacted to a budget and ready to send back (seed 004).
+
+    >>> short = compactor.compact_messages(history, budget=8000, keep_last=4)
+    >>> client.chat.completions.create(model=..., messages=short, tools=[compactor.EXPAND_TOOL, ...])
+    >>> compactor.expand(["<id>"], session=short)           # the originals of what was summarised
+
+The result is a list of plain message dicts (a `CompactedMessages`, which is a `list`): the system
+message(s) and the first request unchanged, one summary message with the 8 sections, and the last
+turns unchanged. Every message of the history is written to the chunk store (memory by default, a
+SQLite file with `store=`), so the ids the summary cites can be expanded back, by the agent too:
+offer `EXPAND_TOOL` and answer its calls with `handle_expand_call`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from compactor.compacter import expand
+from compactor.document import Budget, Context, frozen_mapping
+from compactor.errors import InputError
+from compactor.llm import LLMSettings
+from compactor.messages import conversation_source, messages_tokens, read_messages
+from compactor.pipeline import Pipeline
+from compactor.store import Batch, ChunkStore, open_store
+from compactor.tokens import get_counter
+
+EXPAND_TOOL_NAME = "expand_context"
+#: An OpenAI tool definition the agent can call to read summarised messages in full.
+EXPAND_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": EXPAND_TOOL_NAME,
+        "description": ("Read the original text of earlier messages or search results that were "
+                        "compacted. Pass the ids cited in the summary (e.g. \"3f2a9c0d1e2b4a56-0012\" "
+                        "or a range \"3f2a9c0d1e2b4a56-0002..0057\")."),
+        "parameters": {
+            "type": "object",
+            "properties": {"ids": {"type": "array", "items": {"type": "string"},
+                                   "description": "chunk ids or id ranges from the summary"}},
+            "required": ["ids"],
+            "additionalProperties": False,
+        },
+    },
+}
+DEFAULT_SESSION = "conversation"
+
+
+class CompactedMessages(list):  # type: ignore[type-arg]
+    """The compacted message list (a plain `list` of dicts, JSON-ready) with what it came from:
+    `store` and `session` for `expand`, `report` (tokens, plan, quality), `summary` text."""
+
+    store: ChunkStore
+    session: str
+    report: dict[str, Any]
+
+    def __init__(self, messages: Iterable[dict[str, Any]], *, store: ChunkStore, session: str,
+                 report: dict[str, Any]) -> None:
+        super().__init__(messages)
+        self.store = store
+        self.session = session
+        self.report = report
+
+    @property
+    def summary(self) -> str | None:
+        """The summary message's text (None when the history already fitted)."""
+        return self.report.get("summary")
+
+    @property
+    def dropped_ids(self) -> list[str]:
+        """Chunk ids of the messages that were summarised rather than kept."""
+        return list(self.report.get("dropped_ids", []))
+
+
+@functools.lru_cache(maxsize=8)
+def _pipeline(name: str) -> Pipeline:
+    return Pipeline.from_yaml(name)
+
+
+def _llm_mapping(llm: Any) -> dict[str, Any] | None:
+    if llm is None or llm is False:
+        return None
+    if llm is True:
+        return {}
+    if isinstance(llm, LLMSettings):
+        return {f.name: getattr(llm, f.name) for f in dataclasses.fields(llm)}
+    if isinstance(llm, Mapping):
+        return dict(llm)
+    raise InputError(f"llm must be None, True, a mapping of LLM settings or LLMSettings, "
+                     f"not {type(llm).__name__}")
+
+
+def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep_last: int = 4,
+                     llm: Any = None, role: str | None = None, summary_role: str = "user",
+                     store: str | ChunkStore | None = None, session: str | None = None,
+                     pipeline: str | Pipeline = "conversation") -> CompactedMessages:
+    """Compact a message list to at most `budget` tokens (OpenAI's per-message accounting).
+
+    `messages`: dicts in the OpenAI chat, legacy-function or content-block format, `Message`s, SDK
+    message objects, or JSON text. `keep_last`: turns kept verbatim at the end (a tool call with its
+    results is one turn), fewer when they do not fit. `llm`: None for rules only; True, a settings
+    mapping (`{"model": ..., "base_url": ...}`) or `LLMSettings` for a guarded rewrite of the rule
+    summary. `role`: write the handoff summary of that speaker. Never fails because the history is
+    long; raises `BudgetError` only if the system message alone leaves no room for a summary.
+    """
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
+        raise InputError(f"budget must be a positive number of tokens, not {budget!r}")
+    parsed = read_messages(messages)
+    source = conversation_source(parsed)
+    runner = _pipeline(pipeline) if isinstance(pipeline, str) else pipeline
+    target = open_store(store)
+    session_id = session or DEFAULT_SESSION
+    llm_settings = _llm_mapping(llm)
+    options = {"keep_last": keep_last, "role": role, "summary_role": summary_role,
+               "llm": llm_settings is not None}
+    context = Context(sources=(source,), budget=Budget(max_tokens=budget),
+                      meta=frozen_mapping({"conversation_options": options}))
+    result = runner.run(context, output_format="messages", store=target, session=session_id,
+                        llm=llm_settings)
+    plan = dict((result.meta.get("conversations") or {}).get(source.id) or {})
+    if not plan:
+        raise InputError("the pipeline has no compress.eight_segment step: nothing compacted the history")
+    out = json.loads(result.output or "[]")
+    counter = runner.counter
+    target.ensure_session(session_id)
+    target.commit_batch(session_id, Batch(
+        sources=(source,), chunks=result.chunks,
+        knowledge={f"messages:{source.id}": [m.raw or {"role": m.role, "content": m.content}
+                                             for m in parsed]},
+        report={"kind": "conversation", "tokens": plan.get("tokens")}))
+    report = {**plan, "source_id": source.id,
+              "dropped_ids": [c.id for c in result.chunks if c.units and c.units[0] in set(plan["dropped"])],
+              "output_tokens": messages_tokens(read_messages(out) if out else [], counter),
+              "steps": [{"step": r.step, "tokens_in": r.tokens_in, "tokens_out": r.tokens_out,
+                         "seconds": round(r.seconds, 6), "details": dict(r.details),
+                         "warnings": list(r.warnings)} for r in result.reports]}
+    return CompactedMessages(out, store=target, session=session_id, report=report)
+
+
+def count_message_tokens(messages: Iterable[Any], encoding: str = "cl100k_base") -> int:
+    """What a message list costs in a chat request (OpenAI's per-message accounting)."""
+    return messages_tokens(read_messages(list(messages)), get_counter(encoding))
+
+
+def handle_expand_call(call: Any, store: str | ChunkStore | None = None, *, session: Any = None,
+                       limit_chars: int = 200_000) -> dict[str, Any]:
+    """Answer an `expand_context` tool call (a dict or the openai client's object) with the tool
+    message to append: the originals by id, or an error the agent can read."""
+    data = call.model_dump() if hasattr(call, "model_dump") else dict(call)
+    function = data.get("function") or {}
+    call_id = data.get("id")
+    try:
+        if function.get("name") != EXPAND_TOOL_NAME:
+            raise InputError(f"not an {EXPAND_TOOL_NAME} call: {function.get('name')!r}")
+        try:
+            args = json.loads(function.get("arguments") or "{}")
+        except json.JSONDecodeError as exc:
+            raise InputError(f"arguments are not JSON: {exc.msg}") from None
+        ids = args.get("ids") if isinstance(args, dict) else None
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise InputError("`ids` must be a list of strings")
+        found = expand(ids, store, session=session)
+        text = "\n\n".join(f"[{cid}]\n{body}" for cid, body in found.items())
+        if len(text) > limit_chars:
+            text = text[:limit_chars] + f"\n[truncated at {limit_chars} characters; ask for fewer ids]"
+    except InputError as exc:
+        text = f"error: {exc}"
+    return {"role": "tool", "tool_call_id": call_id, "content": text}

@@ -1,0 +1,507 @@
+"""compress.eight_segment: compact an agent's history into the 8 sections of seed 004, by rules.
+
+For each conversation source the component plans what stays verbatim (`compactor.compaction`:
+system messages, the first request when cheap, the last `keep_last` turns) and writes one summary of
+everything between, with the sections Claude Code's summaries use (Primary Request and Intent; Key
+Technical Concepts; Files and Code Sections; Errors and fixes; Problem Solving; All user messages;
+Pending Tasks; Current Work), the optional ninth (Optional Next Step, quoting the latest instruction)
+and the metadata block (original and compressed tokens, ratio, quality score, role).
+
+Section budgets adapt to what the history holds: each section asks for what its candidates cost,
+the allowance is water-filled by section weight, and what a section leaves goes to the best items
+left anywhere. Every line cites its messages (`m12` is message 12, chunk id `<source>-0012`), and the
+summary's first line says how to expand the originals. `role:` (or the run option) writes the
+handoff summary of one role (its own messages plus what people said). An optional LLM pass rewrites
+the rule draft and is used only if it keeps the headings, fits and invents nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import regex
+
+from compactor.compaction import SUMMARY_MARK, Plan, plan_compaction, plan_dict
+from compactor.components import Component
+from compactor.document import Chunk, Context, Message, Segment, Source, chunk_id, frozen_mapping
+from compactor.hookspecs import hookimpl
+from compactor.messages import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, message_tokens, speaker
+from compactor.plugins import history as hx
+from compactor.plugins.llm_fallback import fill, template_for
+from compactor.plugins.llm_guard import Request, complete_guarded
+from compactor.run import Run
+from compactor.tokens import TokenCounter
+
+SECTIONS: tuple[tuple[str, str, str], ...] = (
+    ("primary", "Primary Request and Intent", "主要请求和意图"),
+    ("concepts", "Key Technical Concepts", "关键技术概念"),
+    ("files", "Files and Code Sections", "文件和代码段落"),
+    ("errors", "Errors and fixes", "错误和修复"),
+    ("problem", "Problem Solving", "问题解决"),
+    ("users", "All user messages", "所有用户消息"),
+    ("pending", "Pending Tasks", "待处理任务"),
+    ("current", "Current Work", "当前工作"),
+    ("next", "Optional Next Step", "可选的下一步"),
+)
+WEIGHTS: Mapping[str, float] = {"primary": 0.14, "concepts": 0.13, "files": 0.16, "errors": 0.12,
+                                "problem": 0.10, "users": 0.15, "pending": 0.06, "current": 0.10,
+                                "next": 0.04}
+#: Below this many summary tokens the marker is the short one.
+TIGHT = 400
+_HEADING = regex.compile(r"^## (.+?)\s*$", regex.MULTILINE)
+_MARKER_RANGE = regex.compile(r"\b([0-9a-f]{16}-\d{4}(?:\.\.\d{4})?)\b")
+
+
+@dataclass(slots=True)
+class Draft:
+    """A written summary: its text (marker, sections, metadata joined by blank lines), the sections,
+    the messages its lines cite, and its quality score."""
+
+    text: str
+    sections: dict[str, str]
+    cited: tuple[int, ...]
+    quality: float
+    method: str = "rules"
+    marker: str = ""
+    metadata: str = ""
+
+
+class EightSegment(Component):
+    """Compacts agent histories into the 8 sections (+ Optional Next Step) and verbatim head/tail turns.
+
+    Run options in `context.meta["conversation_options"]` (what `compact_messages` and the CLI pass)
+    override the parameters: keep_last, role, summary_role, llm.
+    """
+
+    name = "compress.eight_segment"
+    stage = "compress"
+    requires = ("chunks",)
+    provides = ("segments",)
+
+    def __init__(self, *, keep_last: int = 4, keep_first: bool = True, role: str | None = None,
+                 summary_role: Literal["user", "system", "assistant"] = "user", next_step: bool = True,
+                 snippet_lines: int = 12, llm: bool = False, prompt: str | None = None,
+                 max_input_tokens: int = 12000) -> None:
+        self.keep_last = keep_last
+        self.keep_first = keep_first
+        self.role = role
+        self.summary_role = summary_role
+        self.next_step = next_step
+        self.snippet_lines = snippet_lines
+        self.llm = llm
+        self.prompt = prompt
+        self.max_input_tokens = max_input_tokens
+
+    @staticmethod
+    def check_params(params: dict[str, object]) -> list[str]:
+        problems = []
+        if not isinstance(params["keep_last"], int) or params["keep_last"] < 0:
+            problems.append("keep_last must be 0 or more")
+        if not isinstance(params["snippet_lines"], int) or params["snippet_lines"] < 0:
+            problems.append("snippet_lines must be 0 or more")
+        return problems
+
+    @hookimpl
+    def compactor_compress(self, context: Context, run: Run) -> Context:
+        options = dict(context.meta.get("conversation_options") or {})
+        budget = context.resolved_budget()
+        plans: dict[str, Any] = {}
+        segments: list[Segment] = []
+        for source in context.sources:
+            if source.kind != "conversation" or not source.messages:
+                continue
+            mine = [c for c in context.chunks if c.source_id == source.id]
+            plan, parts = self.compact(source, budget, run, options, mine)
+            plans[source.id] = plan
+            segments.extend(parts)
+        if not plans:
+            run.warn("no conversation in the input: compress.eight_segment needs a message list")
+        run.note("conversations", {sid: {k: plan[k] for k in ("original_tokens", "tokens", "quality",
+                                                                "method", "unchanged")}
+                                   for sid, plan in plans.items()})
+        return context.evolve(segments=tuple(segments),
+                              meta=frozen_mapping({**context.meta, "conversations": plans}))
+
+    # -- one conversation ----------------------------------------------------------------------
+
+    def compact(self, source: Source, budget: int | None, run: Run, options: Mapping[str, Any],
+                chunks: Sequence[Chunk] = ()) -> tuple[dict[str, Any], list[Segment]]:
+        """The plan (with the summary) and the segments for one history (`chunks`: its message chunks,
+        whose token counts are the messages' costs when `chunk.messages` made them)."""
+        messages = list(source.messages)
+        counter = run.counter
+        summary_role = str(options.get("summary_role") or self.summary_role)
+        chunked = {c.units[0]: c.tokens for c in chunks if c.units and c.units[1] == c.units[0] + 1}
+        costs = [chunked[i] if i in chunked else message_tokens(m, counter) for i, m in enumerate(messages)]
+        limit = budget if budget is not None else max(1, sum(costs) // 4)
+        settings = {"keep_last": int(options.get("keep_last", self.keep_last)),
+                    "keep_first": bool(options.get("keep_first", self.keep_first)),
+                    "summary_role_tokens": counter.count(summary_role)}
+        plan = plan_compaction(messages, costs, limit, **settings)
+        data = plan_dict(plan)
+        data.update(source_id=source.id, summary_role=summary_role, role=None, method="none",
+                    quality=1.0, tokens=plan.original_tokens, summary=None)
+        if plan.unchanged:
+            return data, [_message_segment(source, i, m) for i, m in enumerate(messages)]
+        history = hx.History(messages)
+        role = options.get("role", self.role)
+        draft = self._draft(history, source, plan, costs, counter, role)
+        if plan.summary_tokens < TIGHT:
+            # a small room: a summary may hold less than the turns it replaces; keep the plan that
+            # leaves more of the history's key signals readable
+            verbatim = plan_compaction(messages, costs, limit, tail_share=1.0, **settings)
+            if verbatim.tail != plan.tail:
+                alternative = self._draft(history, source, verbatim, costs, counter, role)
+                scope = [i for i in range(len(messages)) if i not in plan.head]
+                if (_readable(history, scope, alternative, verbatim)
+                        > _readable(history, scope, draft, plan)):
+                    plan, draft = verbatim, alternative
+                    data.update(plan_dict(plan))
+        use_llm = bool(options.get("llm", self.llm))
+        if use_llm:
+            refined = self._refine(draft, history, plan.dropped, plan.summary_tokens, run)
+            if refined is not None:
+                draft = refined
+        total = (plan.original_tokens - sum(costs[i] for i in plan.dropped)
+                 + message_tokens(Message(role=summary_role, content=draft.text), counter))
+        data.update(summary=draft.text, method=draft.method, quality=round(draft.quality, 3),
+                    tokens=total, role=role or _main_role(history),
+                    cited=[chunk_id(source.id, i) for i in draft.cited])
+        for note in plan.notes:
+            run.warn(note)
+        parts = [_message_segment(source, i, messages[i]) for i in plan.head]
+        pieces = [("marker", "Marker", draft.marker)]
+        pieces += [(key, title, draft.sections[key]) for key, title, _ in SECTIONS if key in draft.sections]
+        pieces += [(key, key, text) for key, text in draft.sections.items() if key == "llm"]
+        pieces.append(("metadata", "Compression Metadata", draft.metadata))
+        cited = tuple(chunk_id(source.id, i) for i in draft.cited)
+        for key, title, text in pieces:
+            if text:  # joined by blank lines, the pieces are the summary message
+                parts.append(Segment(id=f"{source.id}:{key}", text=text, title=title,
+                                     chunk_ids=cited if key not in ("marker", "metadata") else (),
+                                     tokens=counter.count(text),
+                                     metadata=frozen_mapping({"section": key, "summary": True})))
+        parts.extend(_message_segment(source, i, messages[i]) for i in plan.tail)
+        return data, parts
+
+    def _draft(self, history: hx.History, source: Source, plan: Plan, costs: Sequence[int],
+               counter: TokenCounter, role: str | None) -> Draft:
+        return self.write(history, source, plan.head, plan.tail, plan.dropped, plan.summary_tokens, counter,
+                          role=role, original_tokens=plan.original_tokens,
+                          kept_tokens=TOKENS_PER_REPLY + sum(costs[i] for i in (*plan.head, *plan.tail)))
+
+    def write(self, history: hx.History, source: Source, head: Sequence[int], tail: Sequence[int],
+              dropped: Sequence[int], allowance: int, counter: TokenCounter, *, role: str | None = None,
+              original_tokens: int = 0, kept_tokens: int = 0) -> Draft:
+        """The rule summary of the dropped messages within `allowance` tokens (never more)."""
+        zh = _chinese(history)
+        visible = [i for i in dropped if role is None or history.kinds[i] in ("user", "system")
+                   or history.speakers[i] == role
+                   or (history.kinds[i] == "output" and _answers_role(history, i, role))]
+        kept_text = "\n".join(history.messages[i].content for i in (*head, *tail))
+        pools = self._candidates(history, visible, head, tail, kept_text)
+        tight = allowance < TIGHT
+        marker = (short_marker(source.id, dropped) if tight
+                  else _marker(source.id, dropped, len(history.messages), original_tokens, zh))
+        meta_reserve = 22 if tight else 34
+        room = allowance - counter.count(marker) - meta_reserve - 2
+        chosen = allocate(pools, max(0, room), counter, zh)
+        while True:
+            sections = render_sections(chosen, zh)
+            body = "\n\n".join(sections[k] for k, _, _ in SECTIONS if k in sections)
+            cited = tuple(sorted({m for items in chosen.values() for it in items for m in it.messages}))
+            quality = quality_score(history, dropped, body, kept_text)
+            label = role or _main_role(history)
+            meta = _metadata(original_tokens, allowance, quality, label, zh, tight)
+            draft = _frame(marker, body, meta, tight)
+            compressed = kept_tokens + counter.count(draft) + TOKENS_PER_MESSAGE + 1
+            meta = _metadata(original_tokens, compressed, quality, label, zh, tight)
+            text = _frame(marker, body, meta, tight)
+            first, last = (f"{marker} {meta}", "") if tight else (marker, meta)
+            if counter.count(text) <= allowance or not any(chosen.values()):
+                break
+            _drop_weakest(chosen)
+        if counter.count(text) > allowance:  # the marker alone; the short one always fits
+            short = short_marker(source.id, dropped)
+            text = marker if counter.count(marker) <= allowance else short
+            if counter.count(text) > allowance:
+                cut = counter.encode(text)[:allowance]
+                text = counter.encoding.decode_bytes(cut).decode("utf-8", "ignore")
+            sections, cited, first, last = {}, (), text, ""
+        return Draft(text, sections, cited, quality, marker=first, metadata=last)
+
+    def _candidates(self, history: hx.History, visible: Sequence[int], head: Sequence[int],
+                    tail: Sequence[int], kept_text: str) -> dict[str, list[hx.Item]]:
+        later = list(tail)
+        pools: dict[str, list[hx.Item]] = {
+            "primary": hx.primary_items(history, visible, head),
+            "concepts": hx.tool_items(history, visible) + hx.identifier_items(history, visible, kept_text),
+            "files": hx.file_items(history, visible, self.snippet_lines),
+            "errors": hx.error_items(history, visible),
+            "users": hx.user_items(history, visible),
+            "pending": hx.pending_items(history, visible, later),
+            "current": hx.current_items(history, visible),
+        }
+        used = {it.text for items in pools.values() for it in items}
+        pools["problem"] = hx.action_items(history, visible) + hx.reasoning_items(history, visible, used)
+        if self.next_step:
+            pools["next"] = _next_step_items(history, visible, tail)
+        return {k: v for k, v in pools.items() if v}
+
+    def _refine(self, draft: Draft, history: hx.History, dropped: Sequence[int], allowance: int,
+                run: Run) -> Draft | None:
+        """Ask the LLM to rewrite the rule draft; keep it only if guarded checks pass."""
+        zh = regex.search(r"## 主要请求", draft.text) is not None
+        originals = "\n\n".join(f"m{i} {history.speakers[i]}: {history.messages[i].content}" for i in dropped)
+        tokens = run.counter.encode(originals)
+        if len(tokens) > self.max_input_tokens:
+            originals = run.counter.encoding.decode_bytes(tokens[: self.max_input_tokens]).decode(
+                "utf-8", "ignore")
+        marker, _, rest = draft.text.partition("\n\n")
+        body, _, metadata = rest.rpartition("\n\n")
+        content = f"{body}\n\n---\n\n{originals}"
+        prompt = fill(template_for(self.prompt, "conversation", "zh" if zh else "en"),
+                      query="", budget=str(allowance), content=content)
+        limit = allowance - run.counter.count(f"{marker}\n\n\n\n{metadata}") - 4
+        reply = complete_guarded([Request(prompt, f"{originals}\n{draft.text}", max(1, limit))], run)[0]
+        if reply is None:
+            return None
+        wanted = [h for h in _HEADING.findall(body)]
+        missing = [h for h in wanted if f"## {h}" not in reply]
+        if missing:
+            run.note("llm_rejected", [f"the rewrite lost section(s): {', '.join(missing)}"])
+            return None
+        text = f"{marker}\n\n{reply.strip()}\n\n{metadata}"
+        if run.counter.count(text) > allowance:
+            run.note("llm_rejected", ["the rewrite does not fit the summary allowance"])
+            return None
+        quality = quality_score(history, dropped, reply, "")
+        return Draft(text, {"llm": reply.strip()}, draft.cited, quality, method="llm", marker=marker,
+                     metadata=metadata)
+
+
+# -- section budgets -------------------------------------------------------------------------------
+
+
+def _cost_texts(item: hx.Item, short: bool = False) -> str:
+    text = item.short if short and item.short else item.text
+    return f"{text}, " if item.inline else f"- {text}\n"
+
+
+def allocate(pools: Mapping[str, list[hx.Item]], room: int, counter: TokenCounter,
+             zh: bool = False, fair: float = 0.5) -> dict[str, list[hx.Item]]:
+    """Pick items per section in two passes. First a fair share (`fair` of the room) is water-filled
+    by section weight up to each section's demand, and each section fills its share best-first; then
+    the rest of the room goes to the remaining items anywhere, by value per token (so a tight budget
+    favours dense lines: identifiers, short quotes)."""
+    heads = {k: counter.count(f"## {_title(k, zh)}\n") + 2 for k in pools}
+    costs: dict[str, list[tuple[int, int]]] = {}
+    for key, items in pools.items():
+        full = counter.count_many([_cost_texts(it) for it in items])
+        short = counter.count_many([_cost_texts(it, True) if it.short else "" for it in items])
+        costs[key] = [(f, s if it.short else f) for it, f, s in zip(items, full, short, strict=True)]
+    demand = {k: heads[k] + sum(c[0] for c in costs[k]) for k in pools}
+    share: dict[str, float] = {}
+    active = [k for k in pools if demand[k] > 0]
+    remaining = float(room) * fair
+    while active:
+        weight = sum(WEIGHTS.get(k, 0.1) for k in active)
+        offer = {k: remaining * WEIGHTS.get(k, 0.1) / weight for k in active}
+        met = [k for k in active if demand[k] <= offer[k]]
+        if not met:
+            share.update(offer)
+            break
+        for k in met:
+            share[k] = demand[k]
+            remaining -= demand[k]
+            active.remove(k)
+    chosen: dict[str, list[hx.Item]] = {k: [] for k in pools}
+    shortened: set[int] = set()
+    spent = 0
+    left: list[tuple[float, str, int]] = []
+    for key, items in pools.items():
+        allowance = share.get(key, 0.0) - heads[key]
+        used = 0
+        for j in sorted(range(len(items)), key=lambda j: -items[j].priority):
+            full, short = costs[key][j]
+            if used + full <= allowance:
+                chosen[key].append(items[j])
+                used += full
+            elif items[j].short and used + short <= allowance:
+                chosen[key].append(items[j])
+                shortened.add(id(items[j]))
+                used += short
+            else:
+                left.append((WEIGHTS.get(key, 0.1) * items[j].priority / max(1, costs[key][j][1]), key, j))
+        spent += used + (heads[key] if chosen[key] else 0)
+    budget_left = room - spent
+    for _, key, j in sorted(left, reverse=True):
+        item = pools[key][j]
+        full, short = costs[key][j]
+        extra = 0 if chosen[key] else heads[key]
+        if full + extra <= budget_left:
+            budget_left -= full + extra
+        elif item.short and short + extra <= budget_left:
+            budget_left -= short + extra
+            shortened.add(id(item))
+        else:
+            continue
+        chosen[key].append(item)
+    for items in chosen.values():
+        for item in items:
+            if id(item) in shortened:
+                item.text, item.short = item.short or item.text, None
+    return {k: v for k, v in chosen.items() if v}
+
+
+def _drop_weakest(chosen: dict[str, list[hx.Item]]) -> None:
+    key, item = min(((k, it) for k, items in chosen.items() for it in items),
+                    key=lambda pair: pair[1].priority * WEIGHTS.get(pair[0], 0.1))
+    chosen[key].remove(item)
+    if not chosen[key]:
+        del chosen[key]
+
+
+def _title(key: str, zh: bool) -> str:
+    for k, en, cn in SECTIONS:
+        if k == key:
+            return cn if zh else en
+    return key
+
+
+def render_sections(chosen: Mapping[str, list[hx.Item]], zh: bool = False) -> dict[str, str]:
+    """Each section as Markdown: its heading, then its lines in message order (inline items, such as
+    identifiers, as one comma-separated line, most cross-referenced first)."""
+    sections = {}
+    for key, _, _ in SECTIONS:
+        items = chosen.get(key)
+        if not items:
+            continue
+        inline = [it for it in items if it.inline]
+        listed = sorted((it for it in items if not it.inline), key=lambda it: it.order)
+        lines = [f"- {it.text}" for it in listed]
+        if inline:
+            lines.insert(0, "- " + ", ".join(it.text for it in sorted(inline, key=lambda it: -it.priority)))
+        sections[key] = f"## {_title(key, zh)}\n" + "\n".join(lines)
+    return sections
+
+
+# -- the frame: marker, metadata, quality ----------------------------------------------------------
+
+
+def _marker(source_id: str, dropped: Sequence[int], total: int, tokens: int, zh: bool) -> str:
+    first, last = dropped[0], dropped[-1]
+    ids = f"{chunk_id(source_id, first)}..{last:04d}" if last != first else chunk_id(source_id, first)
+    if zh:
+        return (f"{SUMMARY_MARK} 以下是 m{first}–m{last}（共 {total} 条）的摘要。"
+                f"原文：expand_context(ids=[\"{ids}\"])；"
+                f"mN 即 id 后缀 -000N。")
+    return (f"{SUMMARY_MARK} Summary of m{first}–m{last} (of {total}). "
+            f"Originals: expand_context(ids=[\"{ids}\"]); "
+            f"mN is id suffix -000N.")
+
+
+def short_marker(source_id: str, dropped: Sequence[int]) -> str:
+    """The smallest summary (within MIN_SUMMARY_TOKENS): which messages went, and their ids."""
+    first, last = dropped[0], dropped[-1]
+    ids = f"{source_id}-{first:04d}..{last:04d}"
+    return f"{SUMMARY_MARK} m{first}–m{last} compacted: expand_context([\"{ids}\"])"
+
+
+def _metadata(original: int, compressed: int, quality: float, role: str, zh: bool,
+              tight: bool = False) -> str:
+    ratio = compressed / original if original else 0.0
+    if tight:  # one line after the marker
+        return f"({original}→{compressed} tokens, ratio {ratio:.2f}, quality {quality:.2f}, role {role})"
+    if zh:
+        return (f"## 压缩元信息\n- 原始 {original} tokens → 压缩后 {compressed}（比例 {ratio:.2f}）；"
+                f"质量分数 {quality:.2f}；角色 {role}")
+    return (f"## Compression Metadata\n- Original {original} tokens → {compressed} (ratio {ratio:.2f}); "
+            f"quality score {quality:.2f}; role: {role}")
+
+
+def _frame(marker: str, body: str, metadata: str, tight: bool) -> str:
+    """Marker, sections, metadata block; under a tight allowance the metadata joins the marker line."""
+    return _join(f"{marker} {metadata}", body, "") if tight else _join(marker, body, metadata)
+
+
+def _join(marker: str, body: str, metadata: str) -> str:
+    return "\n\n".join(part for part in (marker, body, metadata) if part)
+
+
+def _readable(history: hx.History, scope: Sequence[int], draft: Draft, plan: Plan) -> float:
+    kept = "\n".join(history.messages[i].content for i in (*plan.head, *plan.tail))
+    return quality_score(history, scope, draft.text, kept)
+
+
+def quality_score(history: hx.History, dropped: Sequence[int], text: str, kept_text: str) -> float:
+    """Share of the dropped part's key signals still readable after compaction: edited files, error
+    lines, user messages (their opening words) and the most cross-referenced identifiers, weighted."""
+    visible = (text + "\n" + kept_text).lower()
+    signals: list[tuple[float, str]] = []
+    dropped_set = set(dropped)
+    for action in history.actions:
+        if action.index in dropped_set:
+            signals.extend((2.0, p.rsplit("/", 1)[-1]) for p in action.writes)
+            if action.failed and action.error:
+                signals.append((1.5, action.error[:40]))
+    for i in history.user_turns(dropped):
+        signals.append((2.0, " ".join(history.messages[i].content.split())[:30]))
+    for _, token, _, _, _ in hx.identifier_scores(history, dropped)[:30]:
+        signals.append((1.0, token))
+    signals = [(w, s.lower()) for w, s in signals if s.strip()]
+    if not signals:
+        return 1.0
+    total = sum(w for w, _ in signals)
+    found = sum(w for w, s in signals if s in visible or " ".join(s.split()) in " ".join(visible.split()))
+    return found / total
+
+
+def _next_step_items(history: hx.History, dropped: Sequence[int], tail: Sequence[int]) -> list[hx.Item]:
+    """The latest user instruction quoted verbatim (when it is not kept verbatim in the tail)."""
+    users = history.user_turns(dropped)
+    if not users or any(history.kinds[i] == "user" for i in tail):
+        return []
+    i = users[-1]
+    text = history.messages[i].content.strip()
+    return [hx.Item(f"Latest instruction ({history.label(i)}m{i}):\n{hx.quote(text)}", (i,), 2.2, i,
+                    short=f"Latest instruction ({history.label(i)}m{i}): \"{hx.lead(text, 300)}\"")]
+
+
+_CJK = regex.compile(r"\p{Han}")
+_LATIN = regex.compile(r"[A-Za-z]")
+
+
+def _chinese(history: hx.History) -> bool:
+    """Whether the people and agents of a history write Chinese (tool output does not count)."""
+    parts = []
+    for i, kind in enumerate(history.kinds):
+        if kind in ("user", "assistant"):
+            parts.extend(hx.sentences_of(history.messages[i].content, 6))
+    prose = " ".join(parts)[:20000]
+    han = len(_CJK.findall(prose))
+    return han > 0 and han >= len(_LATIN.findall(prose)) / 8  # a Han character says ~4 letters' worth
+
+
+def _answers_role(history: hx.History, i: int, role: str) -> bool:
+    j = i - 1
+    while j >= 0 and history.kinds[j] == "output":
+        j -= 1
+    return j >= 0 and history.speakers[j] == role
+
+
+def _main_role(history: hx.History) -> str:
+    speakers = [history.speakers[i] for i, k in enumerate(history.kinds) if k == "assistant"]
+    names = sorted(set(speakers))
+    if not names:
+        return "assistant"
+    return names[0] if len(names) == 1 else "all (" + ", ".join(names) + ")"
+
+
+def _message_segment(source: Source, index: int, message: Message) -> Segment:
+    label = speaker(message)
+    return Segment(id=chunk_id(source.id, index), text=f"**{label}:** {message.content}".rstrip(),
+                   chunk_ids=(chunk_id(source.id, index),), title=label, source_id=None,
+                   metadata=frozen_mapping({"message": index, "verbatim": True}))
