@@ -40,6 +40,7 @@ from compactor.errors import (
 )
 from compactor.hookspecs import hookimpl, hookspec
 from compactor.pipeline import Pipeline
+from compactor.research import ResearchSession
 from compactor.run import Run
 from compactor.store import ChunkStore, MemoryStore, SQLiteStore, open_store
 from compactor.tokens import TokenCounter, get_counter
@@ -82,6 +83,7 @@ __all__ = [
     "Param",
     "Pipeline",
     "PluginError",
+    "ResearchSession",
     "Run",
     "SQLiteStore",
     "ScoreSet",

@@ -433,3 +433,69 @@ def test_cli_compacts_a_history_to_json_messages_or_markdown(tmp_path: Path) -> 
                       encoding="utf-8")
     bad = run_cli("conversation", str(broken), "--budget", "100")
     assert bad.returncode == 2 and "broken.json:2: a message needs a string `role`" in bad.stderr
+
+
+# -- topic switching (seed 001) --------------------------------------------------------------------
+
+PAGE_A = ("Battery pack prices fell to $139 per kWh in 2023, according to BloombergNEF. "
+          "Lithium iron phosphate cells were cheaper than nickel cells. Prices fell 14% from 2022.")
+PAGE_B = ("Sodium-ion cells entered mass production in 2023. CATL said its sodium-ion cells reach "
+          "160 Wh/kg. Analysts expect pack prices near $113 per kWh by 2025.")
+PAGE_C = ("Europe had about 630,000 public charging points at the end of 2023. "
+          "Ionity operates high-power chargers along motorways in 24 countries.")
+
+
+def _search(call_id: str, query: str, pages: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    results = {"results": [{"url": url, "title": url.rsplit("/", 1)[-1], "content": text}
+                           for url, text in pages]}
+    return [{"role": "assistant", "content": "",
+             "tool_calls": [_call(call_id, "tavily_search", query=query)]},
+            {"role": "tool", "tool_call_id": call_id, "content": json.dumps(results)}]
+
+
+def test_topic_switch_archives_results_and_prunes_the_topic(tmp_path: Path) -> None:
+    system = {"role": "system", "content": "You are a research agent."}
+    instruction = {"role": "user", "content": "Research EV battery prices and charging networks."}
+    session = compactor.ResearchSession([system, instruction], topic="battery prices", session="r1",
+                                        store=str(tmp_path / "research.sqlite"), query="EV battery prices")
+    session.add(*_search("s1", "EV battery pack prices", [("https://ex.com/bnef", PAGE_A),
+                                                          ("https://ex.com/sodium", PAGE_B)]))
+    session.add({"role": "assistant", "content": "",
+                 "tool_calls": [_call("k1", "think_tool", reflection="Prices are covered; charging next.")]},
+                {"role": "tool", "tool_call_id": "k1", "content": "Reflection recorded."},
+                {"role": "user", "content": "For charging, focus on Europe."},
+                {"role": "assistant", "content": "Switching topic.",
+                 "tool_calls": [_call("t1", "change_research_topic", new_topic="charging networks",
+                                      reason="prices covered",
+                                      search_result_of_current_topic="Packs fell to $139 per kWh in 2023.")]})
+    reply = session.handle_tool_call(session.messages[-1]["tool_calls"][0])
+    assert reply["tool_call_id"] == "t1" and "Archived topic 'battery prices'" in reply["content"]
+    europe = {"role": "user", "content": "For charging, focus on Europe."}
+    assert session.messages[:3] == [system, instruction, europe]
+    assert session.messages[3]["tool_calls"][0]["function"]["name"] == "change_research_topic"
+    assert session.messages[4] is reply and len(session.messages) == 5
+    assert all(u.complete for u in units(read_messages(session.messages)))
+    [entry] = session.search_results
+    assert entry["topic"] == "battery prices" and session.topic == "charging networks"
+    assert entry["useful_webpages"] == ["https://ex.com/bnef", "https://ex.com/sodium"]
+    assert "$139 per kWh" in entry["compressed_content"] and entry["fact_ids"]
+    assert entry["agent_summary"] == "Packs fell to $139 per kWh in 2023."
+    originals = compactor.expand(entry["dropped_ids"], session=session)
+    assert any("tavily_search" in text for text in originals.values())
+    assert any("Reflection recorded." in text for text in originals.values())
+
+    session.add(*_search("s2", "Europe charging points", [("https://ex.com/charging", PAGE_C)]))
+    session.add({"role": "assistant", "content": "",
+                 "tool_calls": [_call("t2", "change_research_topic", new_topic="grid impact")]})
+    session.handle_tool_call(session.messages[-1]["tool_calls"][0])
+    names = [c["function"]["name"] for m in session.messages for c in m.get("tool_calls") or []]
+    assert names == ["change_research_topic"]  # only the latest state survives
+    assert "battery prices (2 pages); charging networks (1 pages)" in session.messages[-1]["content"]
+    done = session.handle_tool_call({"id": "e1", "function": {"name": "end_of_research", "arguments": "{}"}})
+    assert json.loads(done["content"]) == {"topics": [{"topic": "battery prices", "pages": 2},
+                                                      {"topic": "charging networks", "pages": 1}]}
+    assert [t["function"]["name"] for t in session.tools()] == [
+        "change_research_topic", "end_of_research", "expand_context"]
+    bad = session.handle_tool_call({"id": "x", "function": {"name": "change_research_topic",
+                                                            "arguments": '{"new_topic": ""}'}})
+    assert bad["content"].startswith("error: change_research_topic needs a non-empty `new_topic`")
