@@ -125,14 +125,12 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
         raise InputError("the pipeline has no compress.eight_segment step: nothing compacted the history")
     out = json.loads(result.output or "[]")
     counter = runner.counter
-    target.ensure_session(session_id)
-    target.commit_batch(session_id, Batch(
-        sources=(source,), chunks=result.chunks,
-        knowledge={f"messages:{source.id}": [m.raw or {"role": m.role, "content": m.content}
-                                             for m in parsed]},
-        report={"kind": "conversation", "tokens": plan.get("tokens")}))
-    report = {**plan, "source_id": source.id,
-              "dropped_ids": [c.id for c in result.chunks if c.units and c.units[0] in set(plan["dropped"])],
+    dropped = set(plan["dropped"])
+    dropped_chunks = [c for c in result.chunks if c.units and c.units[0] in dropped]
+    if dropped_chunks:  # only what left the window: an agent compacting every turn stores each message once
+        target.commit_batch(session_id, Batch(sources=(source,), chunks=dropped_chunks,
+                                              report={"kind": "conversation", "tokens": plan.get("tokens")}))
+    report = {**plan, "source_id": source.id, "dropped_ids": [c.id for c in dropped_chunks],
               "output_tokens": messages_tokens(read_messages(out) if out else [], counter),
               "steps": [{"step": r.step, "tokens_in": r.tokens_in, "tokens_out": r.tokens_out,
                          "seconds": round(r.seconds, 6), "details": dict(r.details),

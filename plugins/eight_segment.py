@@ -203,8 +203,9 @@ class EightSegment(Component):
         kept_text = "\n".join(history.messages[i].content for i in (*head, *tail))
         pools = self._candidates(history, visible, head, tail, kept_text)
         tight = allowance < TIGHT
-        marker = (short_marker(source.id, dropped) if tight
-                  else _marker(source.id, dropped, len(history.messages), original_tokens, zh))
+        earlier = earlier_ids(history, dropped)
+        marker = (short_marker(source.id, dropped, earlier) if tight
+                  else _marker(source.id, dropped, len(history.messages), earlier, zh))
         meta_reserve = 22 if tight else 34
         room = allowance - counter.count(marker) - meta_reserve - 2
         chosen = allocate(pools, max(0, room), counter, zh)
@@ -224,7 +225,7 @@ class EightSegment(Component):
                 break
             _drop_weakest(chosen)
         if counter.count(text) > allowance:  # the marker alone; the short one always fits
-            short = short_marker(source.id, dropped)
+            short = short_marker(source.id, dropped, earlier)
             text = marker if counter.count(marker) <= allowance else short
             if counter.count(text) > allowance:
                 cut = counter.encode(text)[:allowance]
@@ -248,6 +249,9 @@ class EightSegment(Component):
         pools["problem"] = hx.action_items(history, visible) + hx.reasoning_items(history, visible, used)
         if self.next_step:
             pools["next"] = _next_step_items(history, visible, tail)
+        titles = {title: key for key, en, zh in SECTIONS for title in (en, zh)}
+        for key, items in hx.carried_items(history, visible, titles).items():
+            pools.setdefault(key, []).extend(items)
         return {k: v for k, v in pools.items() if v}
 
     def _refine(self, draft: Draft, history: hx.History, dropped: Sequence[int], allowance: int,
@@ -391,23 +395,41 @@ def render_sections(chosen: Mapping[str, list[hx.Item]], zh: bool = False) -> di
 # -- the frame: marker, metadata, quality ----------------------------------------------------------
 
 
-def _marker(source_id: str, dropped: Sequence[int], total: int, tokens: int, zh: bool) -> str:
+def _id_list(source_id: str, dropped: Sequence[int], earlier: Sequence[str]) -> str:
     first, last = dropped[0], dropped[-1]
     ids = f"{chunk_id(source_id, first)}..{last:04d}" if last != first else chunk_id(source_id, first)
+    return ", ".join(f'"{i}"' for i in (ids, *earlier))
+
+
+def _marker(source_id: str, dropped: Sequence[int], total: int, earlier: Sequence[str], zh: bool) -> str:
+    first, last = dropped[0], dropped[-1]
+    ids = _id_list(source_id, dropped, earlier)
     if zh:
         return (f"{SUMMARY_MARK} 以下是 m{first}–m{last}（共 {total} 条）的摘要。"
-                f"原文：expand_context(ids=[\"{ids}\"])；"
-                f"mN 即 id 后缀 -000N。")
+                f"原文：expand_context(ids=[{ids}])；mN 即 id 后缀 -000N。")
     return (f"{SUMMARY_MARK} Summary of m{first}–m{last} (of {total}). "
-            f"Originals: expand_context(ids=[\"{ids}\"]); "
-            f"mN is id suffix -000N.")
+            f"Originals: expand_context(ids=[{ids}]); mN is id suffix -000N.")
 
 
-def short_marker(source_id: str, dropped: Sequence[int]) -> str:
-    """The smallest summary (within MIN_SUMMARY_TOKENS): which messages went, and their ids."""
-    first, last = dropped[0], dropped[-1]
-    ids = f"{source_id}-{first:04d}..{last:04d}"
-    return f"{SUMMARY_MARK} m{first}–m{last} compacted: expand_context([\"{ids}\"])"
+def short_marker(source_id: str, dropped: Sequence[int], earlier: Sequence[str] = ()) -> str:
+    """The smallest summary (within MIN_SUMMARY_TOKENS without earlier ids): which messages went,
+    and their ids."""
+    return (f"{SUMMARY_MARK} m{dropped[0]}–m{dropped[-1]} compacted: "
+            f"expand_context([{_id_list(source_id, dropped, earlier)}])")
+
+
+_EXPAND_CALL = regex.compile(r"expand_context\((?:ids=)?\[([^\]]*)\]")
+
+
+def earlier_ids(history: hx.History, dropped: Sequence[int]) -> list[str]:
+    """The ids earlier summaries in the dropped range point to (the way back to the oldest messages)."""
+    found: list[str] = []
+    for i in dropped:
+        if history.kinds[i] == "summary":
+            match = _EXPAND_CALL.search(history.messages[i].content.split("\n", 1)[0])
+            if match:
+                found.extend(regex.findall(r'"([^"]+)"', match.group(1)))
+    return list(dict.fromkeys(found))
 
 
 def _metadata(original: int, compressed: int, quality: float, role: str, zh: bool,

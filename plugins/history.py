@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import regex
 
+from compactor.compaction import SUMMARY_MARK
 from compactor.document import Message
 from compactor.messages import ToolCall, answers, calls, speaker
 from compactor.plugins.textstats import terms
@@ -165,6 +166,8 @@ class History:
         message = self.messages[i]
         if message.role in ("system", "developer"):
             return "system"
+        if message.content.startswith(SUMMARY_MARK):
+            return "summary"  # an earlier compaction: its sections are carried, not quoted
         if answers(message) is not None:
             return "output"
         if message.role == "user":
@@ -722,7 +725,7 @@ def identifier_scores(history: History, dropped: Sequence[int]) -> list[tuple[st
     structured: set[str] = set()
     for i in dropped:
         kind = history.kinds[i]
-        if kind == "system":
+        if kind in ("system", "summary"):  # a summary's identifiers come back as carried lines
             continue
         content = history.messages[i].content
         if len(content) > 8000:  # long tool output: its head and tail say what matters
@@ -829,3 +832,34 @@ def tool_items(history: History, dropped: Sequence[int]) -> list[Item]:
             last[action.name] = action.index
     return [Item(f"{name} ×{count}" if count > 1 else name, (last[name],), 0.5 + min(count, 10) / 10,
                  last[name], inline=True) for name, count in used.most_common(12)]
+
+
+_SECTION_BLOCK = re.compile(r"^## (.+?)\n(.*?)(?=^## |\Z)", re.MULTILINE | re.DOTALL)
+
+
+def carried_items(history: History, dropped: Sequence[int], titles: dict[str, str]) -> dict[str, list[Item]]:
+    """Lines of earlier summaries in the dropped range, per section (`titles` maps a heading to its
+    section key), so a compaction of a compacted history keeps what the first one kept. (Their
+    `mN` citations count in the earlier history, whose ids the new marker lists.)"""
+    carried: dict[str, list[Item]] = defaultdict(list)
+    n = max(1, len(history.messages))
+    for i in dropped:
+        if history.kinds[i] != "summary":
+            continue
+        text = history.messages[i].content
+        for match in _SECTION_BLOCK.finditer(text):
+            key = titles.get(match.group(1).strip())
+            if key is None:
+                continue
+            bullets: list[str] = []
+            for line in match.group(2).rstrip().splitlines():
+                if line.startswith("- "):
+                    bullets.append(line[2:])
+                elif bullets and line.strip():
+                    bullets[-1] += "\n" + line
+            for rank, bullet in enumerate(b for b in bullets if "kept verbatim above" not in b):
+                inline = key == "concepts" and "\n" not in bullet and ", " in bullet
+                for piece in bullet.split(", ") if inline else [bullet]:
+                    carried[key].append(Item(piece, (i,), 0.8 + i / n - rank * 0.01, i, inline=inline,
+                                             short=lead(piece, 160) if not inline else None))
+    return carried

@@ -312,6 +312,7 @@ def test_never_fails_for_length_however_large() -> None:
                 {"role": "tool", "tool_call_id": f"p{i}", "content": _filler(200)}]
     big.append({"role": "assistant", "content": "", "tool_calls": [_call("last", "bash", command="cat all")]})
     big.append({"role": "tool", "tool_call_id": "last", "content": _filler(2500)})  # > the whole budget
+    big.append({"role": "assistant", "content": "", "tool_calls": [_call("open", "bash", command="ls")]})
     assert compactor.count_message_tokens(big) > 500_000
     for budget in (400, 3000):
         out = compactor.compact_messages(big, budget, keep_last=4)
@@ -327,8 +328,15 @@ def test_compacting_a_compacted_history_stays_valid() -> None:
     once = compactor.compact_messages(history, budget, keep_last=3)
     grown = [*once, {"role": "user", "content": "One more thing: document parse_date in README.md."},
              {"role": "assistant", "content": "Documented parse_date in README.md."}]
-    twice = compactor.compact_messages(grown, budget, keep_last=1)
-    assert_invariants(grown, twice, budget)
+    smaller = int(compactor.count_message_tokens(grown) * 0.8)
+    twice = compactor.compact_messages(grown, smaller, keep_last=1)
+    assert_invariants(grown, twice, smaller)
+    summary = twice.summary or ""
+    assert summary.count("[compactor]") == 1  # the first summary is carried, not quoted
+    first_ids = re.search(r'ids=\["([^"]+)"\]', once.summary or "").group(1)
+    assert first_ids in summary  # the way back to the oldest messages survives
+    assert "`src/app/dates.py`" in summary
+    assert compactor.expand([first_ids], session=once)  # and still expands
 
 
 # -- expand: the API, the OpenAI tool, a store on disk --------------------------------------------
