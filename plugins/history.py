@@ -113,6 +113,7 @@ _IDENT = re.compile(
     r"\b([A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+|[A-Z][a-z0-9]+(?:[A-Z][A-Za-z0-9]*)+|"
     r"[A-Za-z]+\d+[A-Za-z0-9]*|\d+[A-Za-z]+[A-Za-z0-9]*|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*){1,4}(?:\(\))?|"
     r"[A-Z]{2,}[A-Z0-9]*)\b")
+_NUMBER = re.compile(r"[\d.,:+ -]+")
 _WORDS = regex.compile(r"[\w@.+-]*\w")
 _STOP_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "ok", "the", "and", "available",
                           "error", "success", "active", "pending"})
@@ -766,8 +767,8 @@ def identifier_scores(history: History, dropped: Sequence[int]) -> list[tuple[st
             priority *= 0.5
         if _CODE_SHAPE.search(display[key]):
             priority *= 1.5  # ids, codes, dates: what an agent cannot guess back
-        elif display[key].islower():
-            priority *= 0.7
+        elif display[key].islower() or (cross == 1 and _NUMBER.fullmatch(display[key])):
+            priority *= 0.7  # plain words; numbers only one kind of message mentions
         ranked.append((key, display[key], 0.4 + min(priority, 12) / 6, where[key][0], tuple(where[key][-2:])))
     ranked.sort(key=lambda entry: -entry[2])
     history.cache[cache_key] = ranked
