@@ -20,10 +20,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from compactor.compacter import expand
+from compactor.compaction import assemble
 from compactor.document import Budget, Context, frozen_mapping
 from compactor.errors import InputError
 from compactor.llm import LLMSettings
-from compactor.messages import conversation_source, messages_tokens, read_messages
+from compactor.messages import (
+    conversation_source,
+    message_chunks,
+    messages_tokens,
+    parse_message,
+    read_messages,
+)
 from compactor.pipeline import Pipeline
 from compactor.store import Batch, ChunkStore, open_store
 from compactor.tokens import get_counter
@@ -47,6 +54,7 @@ EXPAND_TOOL: dict[str, Any] = {
     },
 }
 DEFAULT_SESSION = "conversation"
+SUMMARY_ROLES = ("user", "system", "assistant")
 
 
 class CompactedMessages(list):  # type: ignore[type-arg]
@@ -108,6 +116,8 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
     """
     if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
         raise InputError(f"budget must be a positive number of tokens, not {budget!r}")
+    if summary_role not in SUMMARY_ROLES:
+        raise InputError(f"summary_role must be one of {', '.join(SUMMARY_ROLES)}, not {summary_role!r}")
     parsed = read_messages(messages)
     source = conversation_source(parsed)
     runner = _pipeline(pipeline) if isinstance(pipeline, str) else pipeline
@@ -123,15 +133,18 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
     plan = dict((result.meta.get("conversations") or {}).get(source.id) or {})
     if not plan:
         raise InputError("the pipeline has no compress.eight_segment step: nothing compacted the history")
-    out = json.loads(result.output or "[]")
+    out = assemble(parsed, plan, plan.get("summary"), summary_role)  # the input dicts, copied as they are
     counter = runner.counter
     dropped = set(plan["dropped"])
-    dropped_chunks = [c for c in result.chunks if c.units and c.units[0] in dropped]
+    chunks = [c for c in result.chunks if c.source_id == source.id]
+    if [c.units for c in chunks] != [(i, i + 1) for i in range(len(parsed))]:  # not chunk.messages' work
+        chunks = message_chunks(source, counter)
+    dropped_chunks = [c for c in chunks if c.index in dropped]
     if dropped_chunks:  # only what left the window: an agent compacting every turn stores each message once
         target.commit_batch(session_id, Batch(sources=(source,), chunks=dropped_chunks,
                                               report={"kind": "conversation", "tokens": plan.get("tokens")}))
     report = {**plan, "source_id": source.id, "dropped_ids": [c.id for c in dropped_chunks],
-              "output_tokens": messages_tokens(read_messages(out) if out else [], counter),
+              "output_tokens": messages_tokens([parse_message(m, "output") for m in out], counter),
               "steps": [{"step": r.step, "tokens_in": r.tokens_in, "tokens_out": r.tokens_out,
                          "seconds": round(r.seconds, 6), "details": dict(r.details),
                          "warnings": list(r.warnings)} for r in result.reports]}
@@ -143,21 +156,39 @@ def count_message_tokens(messages: Iterable[Any], encoding: str = "cl100k_base")
     return messages_tokens(read_messages(list(messages)), get_counter(encoding))
 
 
+def tool_call_parts(call: Any) -> tuple[str | None, str | None, dict[str, Any]]:
+    """(id, function name, arguments) of a tool call given as a dict or an SDK object. Raises
+    InputError when the arguments are not a JSON object."""
+    data = call.model_dump() if hasattr(call, "model_dump") else dict(call)
+    function = data.get("function") if isinstance(data.get("function"), dict) else {}
+    raw = function.get("arguments")
+    if isinstance(raw, dict):
+        return data.get("id"), function.get("name"), raw
+    try:
+        args = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise InputError(f"arguments are not JSON: {exc.msg}") from None
+    if not isinstance(args, dict):
+        raise InputError(f"arguments must be a JSON object, not {type(args).__name__}")
+    return data.get("id"), function.get("name"), args
+
+
+def call_id_of(call: Any) -> str | None:
+    """The id of a tool call given as a dict or an SDK object."""
+    data = call.model_dump() if hasattr(call, "model_dump") else dict(call)
+    return data.get("id")
+
+
 def handle_expand_call(call: Any, store: str | ChunkStore | None = None, *, session: Any = None,
                        limit_chars: int = 200_000) -> dict[str, Any]:
     """Answer an `expand_context` tool call (a dict or the openai client's object) with the tool
     message to append: the originals by id, or an error the agent can read."""
-    data = call.model_dump() if hasattr(call, "model_dump") else dict(call)
-    function = data.get("function") or {}
-    call_id = data.get("id")
+    call_id = call_id_of(call)
     try:
-        if function.get("name") != EXPAND_TOOL_NAME:
-            raise InputError(f"not an {EXPAND_TOOL_NAME} call: {function.get('name')!r}")
-        try:
-            args = json.loads(function.get("arguments") or "{}")
-        except json.JSONDecodeError as exc:
-            raise InputError(f"arguments are not JSON: {exc.msg}") from None
-        ids = args.get("ids") if isinstance(args, dict) else None
+        _, name, args = tool_call_parts(call)
+        if name != EXPAND_TOOL_NAME:
+            raise InputError(f"not an {EXPAND_TOOL_NAME} call: {name!r}")
+        ids = args.get("ids")
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise InputError("`ids` must be a list of strings")
         found = expand(ids, store, session=session)

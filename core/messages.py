@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compactor.document import Message, Source
+from compactor.document import Chunk, Message, Source, chunk_id
 from compactor.errors import InputError
 from compactor.tokens import TokenCounter
 
@@ -25,6 +25,10 @@ TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
 TOKENS_PER_REPLY = 3
 RESULT_ROLES = frozenset({"tool", "function"})
+#: What one image costs (OpenAI's low-detail price); high-detail images cost more, so budgets that
+#: hold many large images are estimates.
+IMAGE_TOKENS = 85
+_IMAGE_BLOCKS = frozenset({"image_url", "image", "input_image"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +38,8 @@ class ToolCall:
     id: str | None
     name: str
     arguments: str
+    #: "field" for `tool_calls` / `function_call`, "block" for a `tool_use` content block.
+    source: str = "field"
 
     def parsed(self) -> Any:
         """The arguments as JSON data when they are JSON, else the raw text."""
@@ -179,7 +185,7 @@ def calls(message: Message) -> tuple[ToolCall, ...]:
         for block in content:
             if isinstance(block, Mapping) and block.get("type") == "tool_use":
                 found.append(ToolCall(_str(block.get("id")), str(block.get("name") or "?"),
-                                      _arguments(block.get("input"))))
+                                      _arguments(block.get("input")), source="block"))
     return tuple(found)
 
 
@@ -228,7 +234,16 @@ def units(messages: Sequence[Message]) -> list[Unit]:
 
 
 def _close(open_ids: list[str | None], answered: Sequence[str | None]) -> bool:
-    """Remove the calls a result answers from `open_ids`; False when it answers none of them."""
+    """Remove the calls a result answers from `open_ids`; False (and `open_ids` untouched) when it
+    answers an id that is not open."""
+    remaining = list(open_ids)
+    if not _close_all(remaining, answered):
+        return False
+    open_ids[:] = remaining
+    return True
+
+
+def _close_all(open_ids: list[str | None], answered: Sequence[str | None]) -> bool:
     for call_id in answered:
         if call_id is not None and call_id in open_ids:
             open_ids.remove(call_id)
@@ -262,16 +277,25 @@ def speaker(message: Message) -> str:
 
 
 def wire_text(message: Message) -> str:
-    """Everything in a message that costs tokens besides the fixed overhead: content and calls."""
+    """Everything in a message that costs text tokens besides the fixed overhead: the content (whose
+    `tool_use` blocks are already in it) and the `tool_calls` / `function_call` fields."""
     parts = [message.content]
-    parts.extend(f"{c.name}{c.arguments}" for c in calls(message)
-                 if not (message.raw and isinstance(message.raw.get("content"), list)))
+    parts.extend(f"{c.name}{c.arguments}" for c in calls(message) if c.source == "field")
     return "".join(parts)
+
+
+def image_count(message: Message) -> int:
+    """Image blocks in a message's content (they cost tokens that are not text)."""
+    content = message.raw.get("content") if message.raw else None
+    if not isinstance(content, list):
+        return 0
+    return sum(1 for b in content if isinstance(b, Mapping) and b.get("type") in _IMAGE_BLOCKS)
 
 
 def message_tokens(message: Message, counter: TokenCounter) -> int:
     """Tokens one message costs in a chat request (OpenAI's per-message accounting)."""
-    tokens = TOKENS_PER_MESSAGE + counter.count(wire_text(message)) + counter.count(message.role)
+    tokens = (TOKENS_PER_MESSAGE + counter.count(wire_text(message)) + counter.count(message.role)
+              + IMAGE_TOKENS * image_count(message))
     if message.name:
         tokens += TOKENS_PER_NAME + counter.count(message.name)
     return tokens
@@ -289,8 +313,7 @@ def render_message(message: Message) -> str:
     """A message as one readable block: `role (name): content` and a line per tool call."""
     who = f"{message.role} ({message.name})" if message.name else message.role
     lines = [f"{who}: {message.content}"]
-    if not (message.raw and isinstance(message.raw.get("content"), list)):
-        lines.extend(f"[tool_call {c.name}] {c.arguments}" for c in calls(message))
+    lines.extend(f"[tool_call {c.name}] {c.arguments}" for c in calls(message) if c.source == "field")
     return "\n".join(lines)
 
 
@@ -309,3 +332,15 @@ def conversation_source(messages: Sequence[Message], name: str | None = None,
     meta = {**(metadata or {}), "spans": tuple(spans)}
     return Source.from_text("\n\n".join(parts), kind="conversation", uri=name, metadata=meta,
                             messages=messages)
+
+
+def message_chunks(source: Source, counter: TokenCounter) -> list[Chunk]:
+    """One chunk per message of a conversation source (`chunk i` is message `i`, its text the
+    message's block in the source's original text, its tokens the message's request cost)."""
+    spans = source.metadata.get("spans") or ()
+    if len(spans) != len(source.messages):
+        raise InputError(f"{source.uri or source.id}: not a conversation source made by "
+                         "conversation_source (its message spans are missing)")
+    return [Chunk(id=chunk_id(source.id, i), source_id=source.id, index=i, start=start, end=end,
+                  text=source.original[start:end], tokens=message_tokens(message, counter), units=(i, i + 1))
+            for i, ((start, end), message) in enumerate(zip(spans, source.messages, strict=True))]

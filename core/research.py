@@ -23,7 +23,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from compactor.compacter import ContextCompacter
-from compactor.conversation import EXPAND_TOOL, EXPAND_TOOL_NAME, handle_expand_call
+from compactor.conversation import (
+    EXPAND_TOOL,
+    EXPAND_TOOL_NAME,
+    call_id_of,
+    handle_expand_call,
+    tool_call_parts,
+)
 from compactor.document import Chunk, chunk_id
 from compactor.errors import InputError
 from compactor.messages import as_mapping, conversation_source, message_tokens, parse_message, units
@@ -135,35 +141,24 @@ class ResearchSession:
 
     def handle_tool_call(self, call: Any) -> dict[str, Any]:
         """Answer a call to one of `tools()` and append the tool message to the history."""
-        data = call.model_dump() if hasattr(call, "model_dump") else dict(call)
-        function = data.get("function") or {}
-        name = function.get("name")
+        call_id = call_id_of(call)
         try:
-            args = json.loads(function.get("arguments") or "{}")
-        except json.JSONDecodeError as exc:
-            args = None
-            problem = f"error: arguments are not JSON: {exc.msg}"
-        if name == EXPAND_TOOL_NAME:
-            message = handle_expand_call(call, self.store)
-        elif not isinstance(args, dict):
-            message = {"role": "tool", "tool_call_id": data.get("id"),
-                       "content": problem if args is None else "error: arguments must be an object"}
-        elif name == CHANGE_TOPIC:
-            try:
+            _, name, args = tool_call_parts(call)
+            if name == EXPAND_TOOL_NAME:
+                content = handle_expand_call(call, self.store)["content"]
+            elif name == CHANGE_TOPIC:
                 entry = self.change_topic(str(args.get("new_topic") or ""), str(args.get("reason") or ""),
                                           args.get("search_result_of_current_topic"))
                 content = self.state_text(entry)
-            except InputError as exc:
-                content = f"error: {exc}"
-            message = {"role": "tool", "tool_call_id": data.get("id"), "content": content}
-        elif name == END_RESEARCH:
-            archive = self.end_of_research(args.get("search_result_of_current_topic"))
-            content = json.dumps({"topics": [{"topic": e["topic"], "pages": len(e["useful_webpages"])}
-                                             for e in archive]}, ensure_ascii=False)
-            message = {"role": "tool", "tool_call_id": data.get("id"), "content": content}
-        else:
-            message = {"role": "tool", "tool_call_id": data.get("id"),
-                       "content": f"error: unknown tool {name!r}"}
+            elif name == END_RESEARCH:
+                archive = self.end_of_research(args.get("search_result_of_current_topic"))
+                content = json.dumps({"topics": [{"topic": e["topic"], "pages": len(e["useful_webpages"])}
+                                                 for e in archive]}, ensure_ascii=False)
+            else:
+                content = f"error: unknown tool {name!r}"
+        except InputError as exc:
+            content = f"error: {exc}"
+        message = {"role": "tool", "tool_call_id": call_id, "content": content}
         self.messages.append(message)
         return message
 

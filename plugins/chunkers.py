@@ -9,7 +9,7 @@ import regex
 from compactor.components import Component
 from compactor.document import Chunk, Context, chunk_id
 from compactor.hookspecs import hookimpl
-from compactor.messages import message_tokens
+from compactor.messages import message_chunks
 from compactor.plugins.chunking import pack_units, token_windows
 from compactor.run import Run
 from compactor.sentences import detect_lang, split_sentences
@@ -144,13 +144,19 @@ class MessageChunker(Component):
     @hookimpl
     def compactor_chunk(self, context: Context, run: Run) -> Context:
         chunks: list[Chunk] = []
+        sources = []
         for source in context.sources:
             spans = source.metadata.get("spans") if source.kind == "conversation" else None
-            if spans and source.text == source.original and len(spans) == len(source.messages):
-                # a message chunk counts what the message costs in a chat request
-                cut = [(start, end, message_tokens(message, run.counter), (i, i + 1))
-                       for i, ((start, end), message) in enumerate(zip(spans, source.messages, strict=True))]
-            elif source.text.strip():
+            if spans and len(spans) == len(source.messages):
+                if source.text != source.original:  # messages are kept verbatim, never cleaned
+                    run.warn(f"{source.uri or source.id}: a clean step changed the conversation's text; "
+                             "its messages are chunked from the original")
+                    source = source.with_text(source.original)
+                sources.append(source)
+                chunks.extend(message_chunks(source, run.counter))
+                continue
+            sources.append(source)
+            if source.text.strip():
                 cut = [(s, e, t, (a, b)) for s, e, t, a, b in
                        pack_units(source.text, paragraph_spans(source.text), run.counter, self.size, 0)]
             else:
@@ -160,4 +166,4 @@ class MessageChunker(Component):
                 chunks.append(Chunk(id=chunk_id(source.id, index), source_id=source.id, index=index,
                                     start=start, end=end, text=piece, tokens=tokens,
                                     lang=detect_lang(piece[:2000]), units=units))
-        return context.evolve(chunks=tuple(chunks), segments=())
+        return context.evolve(sources=tuple(sources), chunks=tuple(chunks), segments=())

@@ -48,10 +48,12 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
 WEIGHTS: Mapping[str, float] = {"primary": 0.14, "concepts": 0.13, "files": 0.16, "errors": 0.12,
                                 "problem": 0.10, "users": 0.15, "pending": 0.06, "current": 0.10,
                                 "next": 0.04}
+#: Earlier summaries' ids repeated in a marker (older ones stay reachable: each dropped summary is
+#: stored with the rest and cites its own predecessors).
+MAX_EARLIER = 3
 #: Below this many summary tokens the marker is the short one.
 TIGHT = 400
 _HEADING = regex.compile(r"^## (.+?)\s*$", regex.MULTILINE)
-_MARKER_RANGE = regex.compile(r"\b([0-9a-f]{16}-\d{4}(?:\.\.\d{4})?)\b")
 
 
 @dataclass(slots=True)
@@ -133,8 +135,10 @@ class EightSegment(Component):
         messages = list(source.messages)
         counter = run.counter
         summary_role = str(options.get("summary_role") or self.summary_role)
-        chunked = {c.units[0]: c.tokens for c in chunks if c.units and c.units[1] == c.units[0] + 1}
-        costs = [chunked[i] if i in chunked else message_tokens(m, counter) for i, m in enumerate(messages)]
+        by_message = [c.tokens for i, c in enumerate(chunks)
+                      if c.units == (i, i + 1) and c.id == chunk_id(source.id, i)]
+        costs = (by_message if len(by_message) == len(messages) == len(chunks)  # chunk.messages made them
+                 else [message_tokens(m, counter) for m in messages])
         limit = budget if budget is not None else max(1, sum(costs) // 4)
         settings = {"keep_last": int(options.get("keep_last", self.keep_last)),
                     "keep_first": bool(options.get("keep_first", self.keep_first)),
@@ -148,27 +152,30 @@ class EightSegment(Component):
         history = hx.History(messages)
         role = options.get("role", self.role)
         draft = self._draft(history, source, plan, costs, counter, role)
-        if plan.summary_tokens < TIGHT:
+        lost_latest = any("latest turn" in note for note in plan.notes)
+        if plan.summary_tokens < TIGHT or (lost_latest and plan.summary_tokens < 4 * TIGHT):
             # a small room: a summary may hold less than the turns it replaces; keep the plan that
             # leaves more of the history's key signals readable
             verbatim = plan_compaction(messages, costs, limit, tail_share=1.0, **settings)
             if verbatim.tail != plan.tail:
                 alternative = self._draft(history, source, verbatim, costs, counter, role)
                 scope = [i for i in range(len(messages)) if i not in plan.head]
-                if (_readable(history, scope, alternative, verbatim)
-                        > _readable(history, scope, draft, plan)):
+                if (_readable(history, scope, alternative, verbatim)  # a tie goes to the verbatim turns
+                        >= _readable(history, scope, draft, plan)):
                     plan, draft = verbatim, alternative
                     data.update(plan_dict(plan))
         use_llm = bool(options.get("llm", self.llm))
         if use_llm:
-            refined = self._refine(draft, history, plan.dropped, plan.summary_tokens, run)
+            kept = "\n".join(messages[i].content for i in (*plan.head, *plan.tail))
+            refined = self._refine(draft, history, plan.dropped, plan.summary_tokens, run, kept)
             if refined is not None:
                 draft = refined
+        dropped = set(plan.dropped)
         total = (plan.original_tokens - sum(costs[i] for i in plan.dropped)
                  + message_tokens(Message(role=summary_role, content=draft.text), counter))
         data.update(summary=draft.text, method=draft.method, quality=round(draft.quality, 3),
                     tokens=total, role=role or _main_role(history),
-                    cited=[chunk_id(source.id, i) for i in draft.cited])
+                    cited=[chunk_id(source.id, i) for i in draft.cited if i in dropped])
         for note in plan.notes:
             run.warn(note)
         parts = [_message_segment(source, i, messages[i]) for i in plan.head]
@@ -203,9 +210,9 @@ class EightSegment(Component):
         kept_text = "\n".join(history.messages[i].content for i in (*head, *tail))
         pools = self._candidates(history, visible, head, tail, kept_text)
         tight = allowance < TIGHT
-        earlier = earlier_ids(history, dropped)
-        marker = (short_marker(source.id, dropped, earlier) if tight
-                  else _marker(source.id, dropped, len(history.messages), earlier, zh))
+        earlier = earlier_ids(history, dropped)  # reachable through the dropped summary in any case
+        marker = (short_marker(source.id, dropped) if tight
+                  else _marker(source.id, dropped, len(history.messages), earlier[-MAX_EARLIER:], zh))
         meta_reserve = 22 if tight else 34
         room = allowance - counter.count(marker) - meta_reserve - 2
         chosen = allocate(pools, max(0, room), counter, zh)
@@ -225,7 +232,7 @@ class EightSegment(Component):
                 break
             _drop_weakest(chosen)
         if counter.count(text) > allowance:  # the marker alone; the short one always fits
-            short = short_marker(source.id, dropped, earlier)
+            short = short_marker(source.id, dropped)
             text = marker if counter.count(marker) <= allowance else short
             if counter.count(text) > allowance:
                 cut = counter.encode(text)[:allowance]
@@ -255,33 +262,34 @@ class EightSegment(Component):
         return {k: v for k, v in pools.items() if v}
 
     def _refine(self, draft: Draft, history: hx.History, dropped: Sequence[int], allowance: int,
-                run: Run) -> Draft | None:
+                run: Run, kept_text: str = "") -> Draft | None:
         """Ask the LLM to rewrite the rule draft; keep it only if guarded checks pass."""
-        zh = regex.search(r"## 主要请求", draft.text) is not None
+        if not draft.sections:
+            return None
+        zh = _chinese(history)
         originals = "\n\n".join(f"m{i} {history.speakers[i]}: {history.messages[i].content}" for i in dropped)
         tokens = run.counter.encode(originals)
         if len(tokens) > self.max_input_tokens:
             originals = run.counter.encoding.decode_bytes(tokens[: self.max_input_tokens]).decode(
                 "utf-8", "ignore")
-        marker, _, rest = draft.text.partition("\n\n")
-        body, _, metadata = rest.rpartition("\n\n")
+        marker, metadata = draft.marker, draft.metadata
+        body = "\n\n".join(draft.sections[k] for k, _, _ in SECTIONS if k in draft.sections)
         content = f"{body}\n\n---\n\n{originals}"
         prompt = fill(template_for(self.prompt, "conversation", "zh" if zh else "en"),
                       query="", budget=str(allowance), content=content)
-        limit = allowance - run.counter.count(f"{marker}\n\n\n\n{metadata}") - 4
+        limit = allowance - run.counter.count(_join(marker, "", metadata)) - 4
         reply = complete_guarded([Request(prompt, f"{originals}\n{draft.text}", max(1, limit))], run)[0]
         if reply is None:
             return None
-        wanted = [h for h in _HEADING.findall(body)]
-        missing = [h for h in wanted if f"## {h}" not in reply]
+        missing = [h for h in _HEADING.findall(body) if f"## {h}" not in reply]
         if missing:
             run.note("llm_rejected", [f"the rewrite lost section(s): {', '.join(missing)}"])
             return None
-        text = f"{marker}\n\n{reply.strip()}\n\n{metadata}"
+        text = _join(marker, reply.strip(), metadata)
         if run.counter.count(text) > allowance:
             run.note("llm_rejected", ["the rewrite does not fit the summary allowance"])
             return None
-        quality = quality_score(history, dropped, reply, "")
+        quality = quality_score(history, dropped, reply, kept_text)
         return Draft(text, {"llm": reply.strip()}, draft.cited, quality, method="llm", marker=marker,
                      metadata=metadata)
 
@@ -411,11 +419,10 @@ def _marker(source_id: str, dropped: Sequence[int], total: int, earlier: Sequenc
             f"Originals: expand_context(ids=[{ids}]); mN is id suffix -000N.")
 
 
-def short_marker(source_id: str, dropped: Sequence[int], earlier: Sequence[str] = ()) -> str:
-    """The smallest summary (within MIN_SUMMARY_TOKENS without earlier ids): which messages went,
-    and their ids."""
+def short_marker(source_id: str, dropped: Sequence[int]) -> str:
+    """The smallest summary (within MIN_SUMMARY_TOKENS): which messages went, and their ids."""
     return (f"{SUMMARY_MARK} m{dropped[0]}–m{dropped[-1]} compacted: "
-            f"expand_context([{_id_list(source_id, dropped, earlier)}])")
+            f"expand_context([{_id_list(source_id, dropped, ())}])")
 
 
 _EXPAND_CALL = regex.compile(r"expand_context\((?:ids=)?\[([^\]]*)\]")

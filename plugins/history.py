@@ -177,9 +177,7 @@ class History:
             if i > 0 and self._acted(i - 1) and _OBSERVATION.search(message.content[:3000]):
                 return "output"
             return "user"
-        if message.role == "assistant" or message.raw.get("tool_calls") or message.name:
-            return "assistant"
-        return "assistant" if message.role not in ("user",) else "user"
+        return "assistant"  # assistants, named agents, and any other role that acts
 
     def _acted(self, i: int) -> bool:
         message = self.messages[i]
@@ -265,22 +263,37 @@ class History:
 
     def _observe(self, i: int) -> None:
         """Attach a tool output to the action it answers and judge whether it failed."""
-        prior = [a for j in range(i - 1, max(-1, i - 4), -1) for a in self.by_message.get(j, ())
-                 if a.result is None]
         text = self.messages[i].content
+        target = self._answered(i)
         error = error_summary(text)
         code = _RETURNCODE.search(text[:200])
         failed = bool(error) or bool(code and code.group(1) != "0")
         if code and code.group(1) == "0" and error and "Traceback" not in text:
             failed = False
-        for action in prior[-1:] if prior else ():
-            action.result = i
-            action.failed = failed
-            action.error = error or (f"exit code {code.group(1)}" if failed and code else None)
+        if target is None:
+            return
+        target.result = i
+        target.failed = failed
+        target.error = error or (f"exit code {code.group(1)}" if failed and code else None)
         for path in _DIFF_FILE.findall(text):
             path = _clean_path(path)
-            if PATH.fullmatch(path) and prior:
-                prior[-1].writes.append(path)
+            if PATH.fullmatch(path):
+                target.writes.append(path)
+
+    def _answered(self, i: int) -> Action | None:
+        """The action a tool output answers: the call with its id, else the first open structured
+        call (or the last text command) of the nearest message that acted."""
+        open_actions = [a for j in range(i - 1, max(-1, i - 6), -1) for a in self.by_message.get(j, ())
+                        if a.result is None]
+        for call_id in answers(self.messages[i]) or ():
+            match = next((a for a in open_actions if a.call is not None and a.call.id == call_id), None)
+            if call_id is not None and match is not None:
+                return match
+        if not open_actions:
+            return None
+        nearest = [a for a in open_actions if a.index == open_actions[0].index]
+        structured = [a for a in nearest if a.call is not None]
+        return structured[0] if structured else nearest[-1]
 
     # -- derived views -------------------------------------------------------------------------
 
@@ -500,7 +513,7 @@ def file_items(history: History, dropped: Sequence[int], snippet_lines: int = 12
         edited = sorted(set(merged_writes.get(path, ())))
         count = merged_mentions.get(path, 0)
         read = merged_reads.get(path, 0)
-        if not edited and count + read < 2 and not read:
+        if not edited and not read and count < 2:
             continue
         seen = earliest[path]
         status = []
@@ -638,7 +651,6 @@ def reasoning_items(history: History, dropped: Sequence[int], exclude: set[str])
 def pending_items(history: History, dropped: Sequence[int], later: Sequence[int]) -> list[Item]:
     """Open tasks: unchecked boxes, TODOs, stated next steps and plan steps, minus what later
     messages report done."""
-    dropped_set = set(dropped)
     n = max(1, len(history.messages))
     candidates: list[tuple[int, str]] = []
     for i in dropped:
@@ -673,7 +685,7 @@ def pending_items(history: History, dropped: Sequence[int], later: Sequence[int]
         done = any(j > i and len(words & d) >= max(2, 0.6 * len(words)) for j, d in done_texts)
         if done:
             continue
-        priority = 0.8 + 1.2 * i / n + (0.4 if i in dropped_set and history.kinds[i] == "user" else 0)
+        priority = 0.8 + 1.2 * i / n + (0.4 if history.kinds[i] == "user" else 0)
         items.append(Item(f"{history.label(i)}{task} (m{i})", (i,), priority, i,
                           short=f"{history.label(i)}{lead(task, 120)} (m{i})"))
     return items

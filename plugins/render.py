@@ -152,6 +152,6 @@ class MessagesRenderer(Component):
         if not lists:
             raise StageError("render.messages needs a conversation (a JSON message list) as input")
         if len(lists) == 1:
-            return json.dumps(lists[0][1], ensure_ascii=False, indent=2)
-        return "\n".join(json.dumps({"id": source.uri or source.id, "messages": messages}, ensure_ascii=False)
-                         for source, messages in lists)
+            return json.dumps(lists[0][1], ensure_ascii=False, indent=2, default=str)
+        return "\n".join(json.dumps({"id": source.uri or source.id, "messages": messages}, ensure_ascii=False,
+                                    default=str) for source, messages in lists)

@@ -507,3 +507,97 @@ def test_topic_switch_archives_results_and_prunes_the_topic(tmp_path: Path) -> N
     bad = session.handle_tool_call({"id": "x", "function": {"name": "change_research_topic",
                                                             "arguments": '{"new_topic": ""}'}})
     assert bad["content"].startswith("error: change_research_topic needs a non-empty `new_topic`")
+
+
+# -- edge cases found in review --------------------------------------------------------------------
+
+
+def test_a_clean_step_cannot_change_what_is_counted_or_stored() -> None:
+    history = coding_history()
+    history[3] = {**history[3], "content": history[3]["content"] + "\u00a0\ufb01nal"}  # NFKC would change it
+    pipeline = Pipeline.from_string("version: 1\nname: c\nsteps:\n  - use: clean.normalize\n"
+                                    "  - use: chunk.messages\n  - use: compress.eight_segment\n"
+                                    "output: {format: messages}\n")
+    for budget in (300, 1500):
+        out = compactor.compact_messages(history, budget, pipeline=pipeline)
+        assert_invariants(history, out, budget)
+        assert out.report["original_tokens"] == compactor.count_message_tokens(history)
+        originals = compactor.expand(out.dropped_ids, session=out)
+        assert len(originals) == len(out.dropped_ids)
+        assert set(out.report["cited"]) <= set(out.dropped_ids)  # never a verbatim message
+
+
+def test_tokens_count_calls_next_to_list_content_and_images() -> None:
+    arguments = json.dumps({"text": "word " * 2000})
+    mixed = {"role": "assistant", "content": [{"type": "text", "text": "see"}],
+             "tool_calls": [{"id": "a", "type": "function",
+                             "function": {"name": "f", "arguments": arguments}}]}
+    assert compactor.count_message_tokens([mixed]) > 2000
+    image = {"role": "user", "content": [{"type": "text", "text": "what is this?"},
+                                         {"type": "image_url", "image_url": {"url": "data:image/png;base64,"
+                                                                             + "A" * 200_000}}]}
+    assert 85 < compactor.count_message_tokens([image]) < 120
+
+
+def test_parallel_calls_get_their_own_results() -> None:
+    history = [{"role": "system", "content": "sys"}, {"role": "user", "content": "fix it"},
+               {"role": "assistant", "content": "", "tool_calls": [
+                   _call("c1", "bash", command="pytest tests/test_a.py"),
+                   _call("c2", "bash", command="ls src")]},
+               {"role": "tool", "tool_call_id": "c2", "content": "a.py b.py"},
+               {"role": "tool", "tool_call_id": "c1", "content": "Traceback (most recent call last):\n"
+                                                                "ValueError: bad date"}]
+    from compactor.plugins.history import History
+
+    actions = {a.text: a for a in History(read_messages(history)).actions}
+    assert actions["bash(command=pytest tests/test_a.py)"].failed
+    assert actions["bash(command=pytest tests/test_a.py)"].error == "ValueError: bad date"
+    assert not actions["bash(command=ls src)"].failed
+    history += [{"role": "user", "content": "more words " * 40},
+                {"role": "assistant", "content": "ok " * 40}] * 4
+    budget = compactor.count_message_tokens(history) // 2
+    out = compactor.compact_messages(history, budget, keep_last=1)
+    assert_invariants(history, out, budget)
+    errors = _section(out.summary or "", "Errors and fixes")
+    assert "ValueError: bad date" in errors and "ls src" not in errors
+
+
+def test_kept_messages_are_the_input_objects_values_untouched() -> None:
+    import datetime
+
+    history = coding_history()
+    history[0] = {**history[0], "meta": {1: "int key"}, "ts": datetime.datetime(2024, 1, 1)}
+    history[-1] = {**history[-1], "tool_calls": ()}
+    out = compactor.compact_messages(history, int(compactor.count_message_tokens(history) * 0.5), keep_last=1)
+    assert out[0] == history[0] and out[-1] == history[-1]
+    assert out[-1]["tool_calls"] == () and out[0]["meta"] == {1: "int key"}
+    with pytest.raises(compactor.InputError, match="summary_role must be one of"):
+        compactor.compact_messages(history, 500, summary_role="tool")
+
+
+def test_the_latest_turn_stays_when_it_fits_and_tight_llm_rewrites_are_checked(
+        openai_server: FakeOpenAI) -> None:
+    history = [{"role": "system", "content": "sys"}, {"role": "user", "content": "do it"}]
+    for k in range(10):
+        history += [{"role": "assistant", "content": f"step {k}",
+                     "tool_calls": [_call(f"c{k}", "bash", command="ls")]},
+                    {"role": "tool", "tool_call_id": f"c{k}", "content": "out " * 200}]
+    out = compactor.compact_messages(history, 600)
+    assert_invariants(history, out, 600)
+    assert out[-1] == history[-1] and out[-2] == history[-2]
+    openai_server.respond = lambda request: Reply(content="The agent listed files.")
+    tight = compactor.compact_messages(coding_history(), 250, llm=_settings(openai_server))
+    assert tight.report["method"] == "rules"
+
+
+def test_research_session_answers_malformed_calls_with_errors() -> None:
+    session = compactor.ResearchSession([{"role": "user", "content": "research"}])
+    for arguments in ("null", "[1]", "{not json"):
+        reply = session.handle_tool_call({"id": "t", "function": {"name": "change_research_topic",
+                                                                  "arguments": arguments}})
+        assert reply["content"].startswith("error: arguments")
+    ok = session.handle_tool_call({"id": "u", "function": {"name": "change_research_topic",
+                                                           "arguments": {"new_topic": "B"}}})
+    assert ok["content"].startswith("Current research topic: B.")
+    null = {"id": "x", "function": {"name": "expand_context", "arguments": "null"}}
+    assert compactor.handle_expand_call(null, session=session)["content"].startswith("error: arguments")
