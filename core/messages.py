@@ -341,6 +341,9 @@ def message_chunks(source: Source, counter: TokenCounter) -> list[Chunk]:
     if len(spans) != len(source.messages):
         raise InputError(f"{source.uri or source.id}: not a conversation source made by "
                          "conversation_source (its message spans are missing)")
+    costs = source.metadata.get("message_tokens")
+    if costs is None or len(costs) != len(spans):
+        costs = [message_tokens(m, counter) for m in source.messages]
     return [Chunk(id=chunk_id(source.id, i), source_id=source.id, index=i, start=start, end=end,
-                  text=source.original[start:end], tokens=message_tokens(message, counter), units=(i, i + 1))
-            for i, ((start, end), message) in enumerate(zip(spans, source.messages, strict=True))]
+                  text=source.original[start:end], tokens=cost, units=(i, i + 1))
+            for i, ((start, end), cost) in enumerate(zip(spans, costs, strict=True))]

@@ -12,29 +12,39 @@ from collections.abc import Generator
 from dataclasses import replace
 from typing import Any
 
-from compactor.document import Context
+from compactor.document import Context, Source, frozen_mapping
 from compactor.hookspecs import hookimpl
+from compactor.messages import TOKENS_PER_REPLY, message_tokens
 from compactor.run import Run
 
 
 def with_counts(context: Context, run: Run) -> Context:
-    """Fill in missing token counts on sources and segments, counting each text once."""
-    missing = [s for s in context.sources if s.tokens is None]
-    sources = context.sources
+    """Fill in missing token counts on sources and segments, counting each text once. A conversation
+    counts what its messages cost in a chat request; the per-message costs are kept in its metadata
+    (`message_tokens`) for the message chunker."""
+    sources = tuple(_conversation_counts(s, run) if s.tokens is None and s.kind == "conversation"
+                    and s.messages and "spans" in s.metadata else s for s in context.sources)
+    missing = [s for s in sources if s.tokens is None]
     if missing:
         counts = dict(zip((s.id for s in missing), run.counter.count_many([s.text for s in missing]),
                           strict=True))
-        sources = tuple(replace(s, tokens=counts[s.id]) if s.tokens is None else s
-                        for s in context.sources)
+        sources = tuple(replace(s, tokens=counts[s.id]) if s.tokens is None else s for s in sources)
     segments = context.segments
     if any(s.tokens is None for s in segments):
         texts = [s.text for s in segments if s.tokens is None]
         counts_iter = iter(run.counter.count_many(texts))
         segments = tuple(replace(s, tokens=next(counts_iter)) if s.tokens is None else s
                          for s in segments)
-    if sources is context.sources and segments is context.segments:
+    unchanged = all(a is b for a, b in zip(sources, context.sources, strict=True))
+    if unchanged and segments is context.segments:
         return context
     return context.evolve(sources=sources, segments=segments)
+
+
+def _conversation_counts(source: Source, run: Run) -> Source:
+    costs = [message_tokens(m, run.counter) for m in source.messages]
+    return replace(source, tokens=TOKENS_PER_REPLY + sum(costs),
+                   metadata=frozen_mapping({**source.metadata, "message_tokens": tuple(costs)}))
 
 
 class StepObserver:

@@ -148,7 +148,7 @@ class EightSegment(Component):
         data.update(source_id=source.id, summary_role=summary_role, role=None, method="none",
                     quality=1.0, tokens=plan.original_tokens, summary=None)
         if plan.unchanged:
-            return data, [_message_segment(source, i, m) for i, m in enumerate(messages)]
+            return data, [_message_segment(source, i, m, costs[i]) for i, m in enumerate(messages)]
         history = hx.History(messages)
         role = options.get("role", self.role)
         draft = self._draft(history, source, plan, costs, counter, role)
@@ -178,7 +178,7 @@ class EightSegment(Component):
                     cited=[chunk_id(source.id, i) for i in draft.cited if i in dropped])
         for note in plan.notes:
             run.warn(note)
-        parts = [_message_segment(source, i, messages[i]) for i in plan.head]
+        parts = [_message_segment(source, i, messages[i], costs[i]) for i in plan.head]
         pieces = [("marker", "Marker", draft.marker)]
         pieces += [(key, title, draft.sections[key]) for key, title, _ in SECTIONS if key in draft.sections]
         pieces += [(key, key, text) for key, text in draft.sections.items() if key == "llm"]
@@ -190,7 +190,7 @@ class EightSegment(Component):
                                      chunk_ids=cited if key not in ("marker", "metadata") else (),
                                      tokens=counter.count(text),
                                      metadata=frozen_mapping({"section": key, "summary": True})))
-        parts.extend(_message_segment(source, i, messages[i]) for i in plan.tail)
+        parts.extend(_message_segment(source, i, messages[i], costs[i]) for i in plan.tail)
         return data, parts
 
     def _draft(self, history: hx.History, source: Source, plan: Plan, costs: Sequence[int],
@@ -529,8 +529,8 @@ def _main_role(history: hx.History) -> str:
     return names[0] if len(names) == 1 else "all (" + ", ".join(names) + ")"
 
 
-def _message_segment(source: Source, index: int, message: Message) -> Segment:
+def _message_segment(source: Source, index: int, message: Message, cost: int) -> Segment:
     label = speaker(message)
     return Segment(id=chunk_id(source.id, index), text=f"**{label}:** {message.content}".rstrip(),
-                   chunk_ids=(chunk_id(source.id, index),), title=label, source_id=None,
+                   chunk_ids=(chunk_id(source.id, index),), title=label, source_id=None, tokens=cost,
                    metadata=frozen_mapping({"message": index, "verbatim": True}))

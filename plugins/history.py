@@ -741,8 +741,8 @@ def identifier_scores(history: History, dropped: Sequence[int]) -> list[tuple[st
         if kind in ("system", "summary"):  # a summary's identifiers come back as carried lines
             continue
         content = history.messages[i].content
-        if len(content) > 8000:  # long tool output: its head and tail say what matters
-            content = content[:6000] + "\n" + content[-2000:]
+        if kind == "output" and len(content) > 4000:  # long tool output: its head and tail matter most
+            content = content[:3000] + "\n" + content[-1000:]
         for label, text in [(kind, content)] + [("call", c.arguments) for c in calls(history.messages[i])]:
             values = json_values(text)
             if values is not None:
