@@ -44,6 +44,11 @@ from compactor.research import ResearchSession
 from compactor.run import Run
 from compactor.store import ChunkStore, MemoryStore, SQLiteStore, open_store
 from compactor.tokens import TokenCounter, get_counter
+from compactor.transcripts import (
+    compress_multiple_files_results,
+    compress_retrieval_results,
+    compress_single_file_results,
+)
 
 __version__ = "0.1.0"
 
@@ -96,6 +101,9 @@ __all__ = [
     "__version__",
     "compact_messages",
     "compress",
+    "compress_multiple_files_results",
+    "compress_retrieval_results",
+    "compress_single_file_results",
     "count_message_tokens",
     "expand",
     "get_counter",

@@ -84,11 +84,13 @@ class CompactedMessages(list):  # type: ignore[type-arg]
 
 
 @functools.lru_cache(maxsize=8)
-def _pipeline(name: str) -> Pipeline:
+def shipped_pipeline(name: str) -> Pipeline:
+    """A pipeline by name or file, loaded once per process."""
     return Pipeline.from_yaml(name)
 
 
-def _llm_mapping(llm: Any) -> dict[str, Any] | None:
+def llm_mapping(llm: Any) -> dict[str, Any] | None:
+    """LLM settings as the mapping `Pipeline.run(llm=...)` takes (None: no LLM; True: the pipeline's)."""
     if llm is None or llm is False:
         return None
     if llm is True:
@@ -120,10 +122,10 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
         raise InputError(f"summary_role must be one of {', '.join(SUMMARY_ROLES)}, not {summary_role!r}")
     parsed = read_messages(messages)
     source = conversation_source(parsed)
-    runner = _pipeline(pipeline) if isinstance(pipeline, str) else pipeline
+    runner = shipped_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
     target = open_store(store)
     session_id = session or DEFAULT_SESSION
-    llm_settings = _llm_mapping(llm)
+    llm_settings = llm_mapping(llm)
     options = {"keep_last": keep_last, "role": role, "summary_role": summary_role,
                "llm": llm_settings is not None}
     context = Context(sources=(source,), budget=Budget(max_tokens=budget),

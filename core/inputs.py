@@ -19,6 +19,7 @@ import regex
 from compactor.document import Source, TranscriptSegment
 from compactor.errors import InputError
 from compactor.messages import conversation_source, parse_message
+from compactor.transcripts import segment_from, transcript_source
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".rst", ".text"}
 HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
@@ -101,7 +102,7 @@ def parse_text(text: str, name: str, suffix: str | None) -> list[Source]:
                              "{url, content} results")
         return _from_records([(i + 1, r) for i, r in enumerate(data)], name)
     if suffix in (".srt", ".vtt"):
-        return [transcript_source(parse_subtitles(text, name), name)]
+        return [transcript_source(parse_subtitles(text, name), _uri(name))]
     if not text.strip():
         raise InputError(f"{name}: the input is empty")
     return [Source.from_text(text, uri=_uri(name))]
@@ -153,7 +154,7 @@ def _from_records(records: list[tuple[int, Any]], name: str) -> list[Source]:
         return [_conversation_record(r, name, n) for n, r in records]
     if "start" in first and "text" in first:
         return [transcript_source([_segment(r, name, n, i) for i, (n, r) in enumerate(records)],
-                                  name)]
+                                  _uri(name))]
     sources = []
     for number, record in records:
         if not isinstance(record, dict) or not isinstance(record.get("content"), str):
@@ -182,13 +183,9 @@ def _conversation_record(record: Any, name: str, number: int) -> Source:
 
 
 def _segment(record: Any, name: str, number: int, position: int) -> TranscriptSegment:
-    try:
-        return TranscriptSegment(index=int(record.get("index", position)),
-                                 start=float(record["start"]), end=float(record["end"]),
-                                 text=str(record["text"]), speaker=record.get("speaker"))
-    except (KeyError, TypeError, ValueError, AttributeError):
-        raise InputError(f"{name}:{number}: a transcript segment needs numeric `start`, `end` "
-                         "and a `text`") from None
+    if not isinstance(record, dict):
+        raise InputError(f"{name}:{number}: a transcript segment must be an object")
+    return segment_from(record, position, f"{name}:{number}")
 
 
 def parse_subtitles(text: str, name: str) -> list[TranscriptSegment]:
@@ -219,10 +216,3 @@ def parse_subtitles(text: str, name: str) -> list[TranscriptSegment]:
 
 def _seconds(hours: str | None, minutes: str, seconds: str, millis: str) -> float:
     return int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds) + int(millis.ljust(3, "0")) / 1000
-
-
-def transcript_source(segments: list[TranscriptSegment], name: str) -> Source:
-    """One source per transcript; its text has one `[start-end] speaker: text` line per segment."""
-    lines = [f"[{s.start:.2f}-{s.end:.2f}] " + (f"{s.speaker}: " if s.speaker else "") + s.text
-             for s in segments]
-    return Source.from_text("\n".join(lines), kind="transcript", uri=_uri(name), segments=segments)

@@ -19,6 +19,7 @@ from compactor.plugins.seen import SeenPages
 from compactor.plugins.select import SelectCompressor
 from compactor.plugins.strategies import ChunkFiltering, FactCentric, Summarization
 from compactor.plugins.topics import FootnoteRenderer, TopicCompressor
+from compactor.plugins.transcripts import HierarchicalOrganizer, SegmentChunker
 from compactor.plugins.validate import LossValidator, RatioController
 
 BUILTIN_COMPONENTS: tuple[type[Component], ...] = (
@@ -30,6 +31,7 @@ BUILTIN_COMPONENTS: tuple[type[Component], ...] = (
     SentenceChunker,
     ParagraphChunker,
     MessageChunker,
+    SegmentChunker,
     RuleClassifier,
     InjectionClassifier,
     DensityScorer,
@@ -43,6 +45,7 @@ BUILTIN_COMPONENTS: tuple[type[Component], ...] = (
     MapReduce,
     TopicCompressor,
     EightSegment,
+    HierarchicalOrganizer,
     LossValidator,
     RatioController,
     LLMFallback,

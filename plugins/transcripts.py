@@ -1,0 +1,299 @@
+"""chunk.segments and organize.hierarchical: retrieved transcript segments, organised per file (seed 002).
+
+`organize.hierarchical` groups each file's segments into blocks of consecutive indices and writes the
+seed's labelled layout (file start/end markers, block numbers with their index range, `[start-end]`
+timestamps, a note that blocks are not continuous in time), after a file overview, in English or
+Chinese. Over the length limit (characters or tokens, `unit:`), it keeps the segments that matter for
+the question by rules, file by file, each with its timestamps, and lists what it left out; an
+optional LLM pass (the pipeline's `llm:`, temperature 0.3 and max_tokens 1500 by default) may write a
+per-file summary instead, used only if it fits and invents nothing (timestamps included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from compactor.components import Component
+from compactor.document import Chunk, Context, Segment, Source, TranscriptSegment, chunk_id, frozen_mapping
+from compactor.hookspecs import hookimpl
+from compactor.plugins import facts as fx
+from compactor.plugins import textstats as ts
+from compactor.plugins.chunkers import paragraph_spans
+from compactor.plugins.chunking import pack_units
+from compactor.plugins.llm_fallback import fill, template_for
+from compactor.plugins.llm_guard import Request, complete_guarded
+from compactor.run import Run
+from compactor.sentences import detect_lang
+from compactor.transcripts import is_chinese, overview
+
+Unit = Literal["chars", "tokens"]
+
+
+class SegmentChunker(Component):
+    """One chunk per transcript segment (chunk `i` is the source's segment `i`); other sources are
+    packed by paragraphs up to `size` tokens."""
+
+    name = "chunk.segments"
+    stage = "chunk"
+    provides = ("chunks",)
+
+    def __init__(self, *, size: int = 512) -> None:
+        self.size = size
+
+    @hookimpl
+    def compactor_chunk(self, context: Context, run: Run) -> Context:
+        chunks: list[Chunk] = []
+        for source in context.sources:
+            spans = source.metadata.get("spans") if source.kind == "transcript" else None
+            if spans and len(spans) == len(source.segments) and source.text == source.original:
+                cut = [(s, e, None, (i, i + 1)) for i, (s, e) in enumerate(spans)]
+                counts = run.counter.count_many([source.text[s:e] for s, e, _, _ in cut])
+                cut = [(s, e, t, u) for (s, e, _, u), t in zip(cut, counts, strict=True)]
+            elif source.text.strip():
+                cut = [(s, e, t, (a, b)) for s, e, t, a, b in
+                       pack_units(source.text, paragraph_spans(source.text), run.counter, self.size, 0)]
+            else:
+                continue
+            for index, (start, end, tokens, units) in enumerate(cut):
+                piece = source.text[start:end]
+                chunks.append(Chunk(id=chunk_id(source.id, index), source_id=source.id, index=index,
+                                    start=start, end=end, text=piece, tokens=int(tokens or 0),
+                                    lang=detect_lang(piece[:500]), units=units))
+        return context.evolve(chunks=tuple(chunks), segments=())
+
+
+@dataclass(slots=True)
+class _Line:
+    """One segment of one file, ready to lay out."""
+
+    position: int          # place in the source (chunk index)
+    segment: TranscriptSegment
+    chunk: str
+    score: float = 0.0
+
+    @property
+    def text(self) -> str:
+        s = self.segment
+        who = f"{s.speaker}: " if s.speaker else ""
+        return f"[{s.start:.2f}-{s.end:.2f}] {who}{' '.join(s.text.split())}"
+
+
+LABELS = {
+    "en": {"start": "[File start: {f}]", "end": "[File end: {f}]", "block": "[Block {n} - indices {a}-{b}]",
+           "block_end": "[Block end: {n}]",
+           "note": "Note: the blocks above come from different parts of the same file; they are not "
+                   "continuous in time.",
+           "kept": "File {f} ({k} of {n} segments kept for the question):",
+           "gap": "…", "left": "Left out: {files}."},
+    "zh": {"start": "[文件开始: {f}]", "end": "[文件结束: {f}]", "block": "[块开始: {n} - 索引: {a}-{b}]",
+           "block_end": "[块结束: {n}]", "note": "请注意：以上内容来自同一视频的不同块，不保证时间连续性。",
+           "kept": "文件 {f}（保留 {n} 个片段中与问题相关的 {k} 个）：", "gap": "……",
+           "left": "未保留：{files}。"},
+}
+
+
+def blocks(lines: Sequence[_Line]) -> list[list[_Line]]:
+    """Runs of consecutive segment indices (the input is sorted by index)."""
+    runs: list[list[_Line]] = []
+    for line in lines:
+        if runs and line.segment.index == runs[-1][-1].segment.index + 1:
+            runs[-1].append(line)
+        else:
+            runs.append([line])
+    return runs
+
+
+def layout(file: str, lines: Sequence[_Line], lang: str) -> str:
+    """One file in the seed's labelled layout."""
+    labels = LABELS[lang]
+    out = [labels["start"].format(f=file)]
+    runs = blocks(lines)
+    for n, run in enumerate(runs, 1):
+        out.append("  " + labels["block"].format(n=n, a=run[0].segment.index, b=run[-1].segment.index))
+        out.extend(f"  {line.text}" for line in run)
+        out.append("  " + labels["block_end"].format(n=n))
+    out.append(labels["end"].format(f=file))
+    if len(runs) > 1:
+        out.append("")
+        out.append(labels["note"])
+    return "\n".join(out)
+
+
+def kept_layout(file: str, kept: Sequence[_Line], total: int, lang: str) -> str:
+    """One file after compression: its kept segments with timestamps, gaps marked."""
+    labels = LABELS[lang]
+    out = [labels["kept"].format(f=file, k=len(kept), n=total)]
+    for n, run in enumerate(blocks(kept)):
+        if n:
+            out.append(labels["gap"])
+        out.extend(line.text for line in run)
+    return "\n".join(out)
+
+
+class HierarchicalOrganizer(Component):
+    """Organises retrieved transcript segments per file and block; compresses by the question when
+    the result is over `max_length` (`unit`: chars, as the seed counts, or tokens).
+
+    Run options in `context.meta["transcript_options"]` (max_length, unit, llm) override the
+    parameters; a token budget from the pipeline or `--budget` applies as well.
+    """
+
+    name = "organize.hierarchical"
+    stage = "compress"
+    requires = ("chunks",)
+    provides = ("segments",)
+
+    def __init__(self, *, max_length: int | None = 2000, unit: Unit = "chars", language: Literal[
+            "auto", "en", "zh"] = "auto", llm: bool = False, prompt: str | None = None,
+                 max_input_tokens: int = 12000) -> None:
+        self.max_length = max_length
+        self.unit = unit
+        self.language = language
+        self.llm = llm
+        self.prompt = prompt
+        self.max_input_tokens = max_input_tokens
+
+    @hookimpl
+    def compactor_compress(self, context: Context, run: Run) -> Context:
+        options = dict(context.meta.get("transcript_options") or {})
+        unit: Unit = options.get("unit") or self.unit
+        max_length = options.get("max_length", self.max_length)
+        budget = context.resolved_budget()
+        files = [s for s in context.sources if s.kind == "transcript" and s.segments]
+        if not files:
+            run.warn("no transcript in the input: organize.hierarchical needs segments")
+            return context.evolve(segments=())
+        lang = self.language if self.language != "auto" else ("zh" if is_chinese(files) else "en")
+
+        def measure(text: str) -> int:
+            return len(text) if unit == "chars" else run.counter.count(text)
+
+        def fits(text: str) -> bool:
+            ok = max_length is None or measure(text) <= max_length
+            return ok and (budget is None or run.counter.count(text) <= budget)
+
+        # the tighter of the two limits, in the unit that selection counts
+        limit = max_length if max_length is not None else 10**9
+        if budget is not None:
+            limit = min(limit, budget * (4 if unit == "chars" else 1))
+
+        lines = {s.id: _lines(s, context, run) for s in files}
+        head = overview(files, lang == "zh")
+        organised = [head] + [layout(s.uri or s.id, lines[s.id], lang) for s in files]
+        if fits("\n\n".join(organised)):
+            run.note("mode", "organised")
+            return context.evolve(segments=self._segments(files, organised, lines, lines))
+        kept = self._select(files, lines, context.query, fits, measure, limit, lang, head, run)
+        parts = [head] + [kept_layout(s.uri or s.id, kept[s.id], len(lines[s.id]), lang) for s in files
+                          if kept[s.id]]
+        left = [s.uri or s.id for s in files if not kept[s.id]]
+        if left:
+            parts.append(LABELS[lang]["left"].format(files=", ".join(left)))
+        mode = "rules"
+        if bool(options.get("llm", self.llm)):
+            limit_text = f"{max_length} {'characters' if unit == 'chars' else 'tokens'}"
+            reply = self._llm(context.query or "", head, "\n\n".join(organised), fits, limit_text, lang, run)
+            if reply is not None:
+                parts, mode = [head, reply], "llm"
+        run.note("mode", mode)
+        run.note("kept_segments", {s.uri or s.id: len(kept[s.id]) for s in files})
+        return context.evolve(segments=self._segments(files, parts, kept, lines, llm=mode == "llm"))
+
+    def _select(self, files: Sequence[Source], lines: dict[str, list[_Line]], query: str | None,
+                fits: Callable[[str], bool], measure: Callable[[str], int], limit: int, lang: str, head: str,
+                run: Run) -> dict[str, list[_Line]]:
+        """Best segments first (question relevance, information, neighbours), every file's best one
+        before any file's second, while the compressed layout fits."""
+        everything = [line for s in files for line in lines[s.id]]
+        term_sets = [frozenset(ts.terms(line.segment.text)) for line in everything]
+        query_terms = set(ts.terms(query or ""))
+        idf = fx.query_idf(term_sets, query_terms) if query_terms else {}
+        for line, terms in zip(everything, term_sets, strict=True):
+            relevance = fx.relevance(terms, idf) if idf else 0.0
+            line.score = relevance + 0.3 * fx.information(line.segment.text) + min(len(terms), 20) / 200
+        for s in files:  # a segment next to a relevant one is likely part of the same answer
+            file_lines = lines[s.id]
+            base = [line.score for line in file_lines]
+            for n, line in enumerate(file_lines):
+                near = [base[m] for m in (n - 1, n + 1) if 0 <= m < len(file_lines)
+                        and abs(file_lines[m].segment.index - line.segment.index) == 1]
+                line.score += 0.25 * max(near, default=0.0)
+        order: list[tuple[int, float, str, int]] = []
+        for s in files:
+            ranked = sorted(range(len(lines[s.id])), key=lambda n: -lines[s.id][n].score)
+            order.extend((rank, -lines[s.id][n].score, s.id, n) for rank, n in enumerate(ranked))
+        order.sort(key=lambda item: (item[0] > 0, item[1]))  # each file's best first, then by score
+
+        def render(picked: dict[str, set[int]]) -> str:
+            return "\n\n".join([head] + [
+                kept_layout(s.uri or s.id, [lines[s.id][n] for n in sorted(picked[s.id])],
+                            len(lines[s.id]), lang)
+                for s in files if picked[s.id]])
+
+        # estimate with per-line costs, then verify the rendered text once and trim the weakest
+        costs = {s.id: [measure(line.text) + 1 for line in lines[s.id]] for s in files}
+        headers = {s.id: measure(kept_layout(s.uri or s.id, [], len(lines[s.id]), lang)) + 4 for s in files}
+        used = measure(head)
+        chosen: dict[str, set[int]] = {s.id: set() for s in files}
+        for _, _, sid, n in order:
+            extra = costs[sid][n] + (0 if chosen[sid] else headers[sid]) + 2  # + a possible gap mark
+            if used + extra <= limit:
+                chosen[sid].add(n)
+                used += extra
+        while any(chosen.values()) and not fits(render(chosen)):
+            sid, n = min(((sid, n) for sid, picked in chosen.items() for n in picked),
+                         key=lambda pair: lines[pair[0]][pair[1]].score)
+            chosen[sid].discard(n)
+        run.note("selected", sum(len(v) for v in chosen.values()))
+        return {s.id: [lines[s.id][n] for n in sorted(chosen[s.id])] for s in files}
+
+    def _llm(self, question: str, head: str, organised: str, fits: Callable[[str], bool], limit: str,
+             lang: str, run: Run) -> str | None:
+        tokens = run.counter.encode(organised)
+        if len(tokens) > self.max_input_tokens:
+            cut = tokens[: self.max_input_tokens]
+            organised = run.counter.encoding.decode_bytes(cut).decode("utf-8", "ignore")
+        prompt = fill(template_for(self.prompt, "transcripts", lang), query=question, budget=limit,
+                      content=f"{head}\n\n{organised}")
+        reply = complete_guarded([Request(prompt, f"{organised}\n{question}")], run)[0]
+        if reply is None:
+            return None
+        if not fits(f"{head}\n\n{reply}"):
+            run.note("llm_rejected", ["the summary is over the length limit"])
+            return None
+        return reply
+
+    @staticmethod
+    def _segments(files: Sequence[Source], parts: list[str], kept: dict[str, list[_Line]],
+                  lines: dict[str, list[_Line]], llm: bool = False) -> tuple[Segment, ...]:
+        segments = [Segment(id="overview", text=parts[0], chunk_ids=(), title="Overview")]
+        if llm:
+            ids = tuple(line.chunk for s in files for line in lines[s.id])
+            segments.append(Segment(id="llm", text=parts[1], chunk_ids=ids, title="Summary",
+                                    metadata=frozen_mapping({"llm": True})))
+            return tuple(segments)
+        texts = iter(parts[1:])
+        for s in files:
+            if kept[s.id]:
+                ids = tuple(x.chunk for x in kept[s.id])
+                segments.append(Segment(id=s.id, text=next(texts), chunk_ids=ids, title=s.uri))
+        segments.extend(Segment(id="left-out", text=t, chunk_ids=()) for t in texts)
+        return tuple(segments)
+
+
+def _lines(source: Source, context: Context, run: Run) -> list[_Line]:
+    """A file's segments sorted by index (then start), one per index; repeated indices are noted."""
+    ids = {c.units[0]: c.id for c in context.chunks if c.source_id == source.id and c.units
+           and c.units[1] == c.units[0] + 1}
+    lines = [_Line(n, seg, ids.get(n, chunk_id(source.id, n))) for n, seg in enumerate(source.segments)]
+    lines.sort(key=lambda line: (line.segment.index, line.segment.start, line.position))
+    unique: list[_Line] = []
+    for line in lines:
+        if unique and unique[-1].segment.index == line.segment.index:
+            run.warn(f"{source.uri or source.id}: segment index {line.segment.index} appears twice; "
+                     "the first is kept")
+            continue
+        unique.append(line)
+    return unique
