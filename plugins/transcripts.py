@@ -24,11 +24,15 @@ from compactor.plugins.chunkers import paragraph_spans
 from compactor.plugins.chunking import pack_units
 from compactor.plugins.llm_fallback import fill, template_for
 from compactor.plugins.llm_guard import Request, complete_guarded
+from compactor.plugins.scorers import bm25_scores
 from compactor.run import Run
-from compactor.sentences import detect_lang
+from compactor.sentences import detect_lang, split_sentences
 from compactor.transcripts import is_chinese, overview
 
 Unit = Literal["chars", "tokens"]
+#: Score a segment takes from the relevant one right before it (an answer follows its question),
+#: half that from two before, and from the one right after it.
+AFTER, BEFORE = 0.5, 0.1
 
 
 class SegmentChunker(Component):
@@ -72,12 +76,14 @@ class _Line:
     segment: TranscriptSegment
     chunk: str
     score: float = 0.0
+    #: The segment's most relevant sentences, when the whole segment is too long to keep.
+    excerpt: str | None = None
 
     @property
     def text(self) -> str:
         s = self.segment
         who = f"{s.speaker}: " if s.speaker else ""
-        return f"[{s.start:.2f}-{s.end:.2f}] {who}{' '.join(s.text.split())}"
+        return f"[{s.start:.2f}-{s.end:.2f}] {who}{self.excerpt or ' '.join(s.text.split())}"
 
 
 LABELS = {
@@ -85,11 +91,11 @@ LABELS = {
            "block_end": "[Block end: {n}]",
            "note": "Note: the blocks above come from different parts of the same file; they are not "
                    "continuous in time.",
-           "kept": "File {f} ({k} of {n} segments kept for the question):",
+           "kept": "File {f} ({k} of {n} segments kept):",
            "gap": "…", "left": "Left out: {files}."},
     "zh": {"start": "[文件开始: {f}]", "end": "[文件结束: {f}]", "block": "[块开始: {n} - 索引: {a}-{b}]",
            "block_end": "[块结束: {n}]", "note": "请注意：以上内容来自同一视频的不同块，不保证时间连续性。",
-           "kept": "文件 {f}（保留 {n} 个片段中与问题相关的 {k} 个）：", "gap": "……",
+           "kept": "文件 {f}（{n} 个片段中保留 {k} 个）：", "gap": "……",
            "left": "未保留：{files}。"},
 }
 
@@ -207,19 +213,20 @@ class HierarchicalOrganizer(Component):
         """Best segments first (question relevance, information, neighbours), every file's best one
         before any file's second, while the compressed layout fits."""
         everything = [line for s in files for line in lines[s.id]]
-        term_sets = [frozenset(ts.terms(line.segment.text)) for line in everything]
-        query_terms = set(ts.terms(query or ""))
-        idf = fx.query_idf(term_sets, query_terms) if query_terms else {}
-        for line, terms in zip(everything, term_sets, strict=True):
-            relevance = fx.relevance(terms, idf) if idf else 0.0
-            line.score = relevance + 0.3 * fx.information(line.segment.text) + min(len(terms), 20) / 200
-        for s in files:  # a segment next to a relevant one is likely part of the same answer
+        docs = [ts.terms(line.segment.text) for line in everything]
+        query_terms = match_terms(query or "")
+        raw, _ = bm25_scores(docs, query_terms, 1.2, 0.75) if query_terms else ([0.0] * len(docs), {})
+        top = max(raw, default=0.0) or 1.0
+        for line, doc, value in zip(everything, docs, raw, strict=True):
+            line.score = value / top + 0.2 * fx.information(line.segment.text) + min(len(set(doc)), 20) / 400
+        for s in files:  # the segments right after a relevant one (a question's answer) and before it
             file_lines = lines[s.id]
             base = [line.score for line in file_lines]
             for n, line in enumerate(file_lines):
-                near = [base[m] for m in (n - 1, n + 1) if 0 <= m < len(file_lines)
-                        and abs(file_lines[m].segment.index - line.segment.index) == 1]
-                line.score += 0.25 * max(near, default=0.0)
+                pulls = ((n - 1, AFTER), (n - 2, AFTER / 2), (n + 1, BEFORE))
+                near = [weight * base[m] for m, weight in pulls if 0 <= m < len(file_lines)
+                        and abs(file_lines[m].segment.index - line.segment.index) == abs(m - n)]
+                line.score += max(near, default=0.0)
         order: list[tuple[int, float, str, int]] = []
         for s in files:
             ranked = sorted(range(len(lines[s.id])), key=lambda n: -lines[s.id][n].score)
@@ -232,6 +239,12 @@ class HierarchicalOrganizer(Component):
                             len(lines[s.id]), lang)
                 for s in files if picked[s.id]])
 
+        # a long segment competes with its most relevant sentences (each kept verbatim)
+        cap = max(limit // 2, 24)
+        for line in everything:
+            if measure(line.text) > cap:
+                frame = measure(line.text) - measure(line.segment.text)  # timestamps and speaker
+                line.excerpt = excerpt(line.segment.text, query_terms, cap - frame, measure)
         # estimate with per-line costs, then verify the rendered text once and trim the weakest
         costs = {s.id: [measure(line.text) + 1 for line in lines[s.id]] for s in files}
         headers = {s.id: measure(kept_layout(s.uri or s.id, [], len(lines[s.id]), lang)) + 4 for s in files}
@@ -281,6 +294,37 @@ class HierarchicalOrganizer(Component):
                 segments.append(Segment(id=s.id, text=next(texts), chunk_ids=ids, title=s.uri))
         segments.extend(Segment(id="left-out", text=t, chunk_ids=()) for t in texts)
         return tuple(segments)
+
+
+def match_terms(query: str) -> list[str]:
+    """The question's index terms; for Chinese, its character bigrams without the single characters
+    (a single common character matches nearly every line)."""
+    found = ts.terms(query)
+    han_bigrams = [t for t in found if len(t) == 2 and all("\u4e00" <= ch <= "\u9fff" for ch in t)]
+    if not han_bigrams:
+        return found
+    return [t for t in found if not (len(t) == 1 and "\u4e00" <= t <= "\u9fff")]
+
+
+def excerpt(text: str, query_terms: Sequence[str], room: int, measure: Callable[[str], int]) -> str:
+    """The sentences of a long segment that best match the question (information breaking ties),
+    in their order, joined by an ellipsis, within `room`."""
+    spans = split_sentences(text)
+    sentences = [" ".join(text[a:b].split()) for a, b in spans]
+    sentences = [x for x in sentences if x]
+    scores, _ = bm25_scores([ts.terms(x) for x in sentences], query_terms, 1.2, 0.75)
+    ranked = sorted(range(len(sentences)), key=lambda n: (-scores[n], -fx.information(sentences[n]), n))
+    chosen: list[int] = []
+    for n in ranked:
+        trial = " … ".join(sentences[m] for m in sorted([*chosen, n]))
+        if measure(trial) <= room:
+            chosen.append(n)
+    if not chosen:  # even the best sentence is too long: its start
+        best = sentences[ranked[0]] if ranked else text
+        while best and measure(best + " …") > room:
+            best = best[: max(1, int(len(best) * 0.8))]
+        return best + " …"
+    return " … ".join(sentences[m] for m in sorted(chosen))
 
 
 def _lines(source: Source, context: Context, run: Run) -> list[_Line]:

@@ -100,7 +100,7 @@ def test_chinese_question_over_a_chinese_transcript() -> None:
     text = compactor.compress_single_file_results("显卡租赁价格是多少？", results, max_length=200)
     assert len(text) <= 200
     assert "[51.00-53.50] 嘉宾说显卡租赁价格降到每小时2.5美元。" in text
-    assert "文件 访谈.mp4（保留 40 个片段中与问题相关的" in text
+    assert "文件 访谈.mp4（40 个片段中保留" in text
 
 
 def test_the_pipeline_file_chooses_tokens_or_characters(tmp_path: Path) -> None:
@@ -154,3 +154,17 @@ def test_cli_organises_subtitle_files(tmp_path: Path) -> None:
     assert f"[File start: {srt}]" in done.stdout
     assert "  [4.00-5.25] GPU prices fell to $2.50 per hour." in done.stdout
     assert "  [1.00-2.00] Alice: Hi all" in done.stdout
+
+
+def test_a_long_segment_keeps_its_relevant_sentences_with_its_timestamps() -> None:
+    chatter = " ".join(f"Filler sentence {i} is about the weather." for i in range(40))
+    long_text = f"{chatter} The GPU rental price fell to $2.50 per hour in March. {chatter}"
+    results = {"filename": "talk.mp4", "segments": [
+        {"index": 0, "start": 10.0, "end": 190.0, "text": long_text},
+        {"index": 1, "start": 190.0, "end": 200.0, "text": "Thanks everyone."}]}
+    text = compactor.compress_single_file_results("What was the GPU rental price?", results, max_length=400)
+    assert len(text) <= 400
+    [line] = [x for x in text.splitlines() if x.startswith("[10.00-190.00] ")]
+    assert "The GPU rental price fell to $2.50 per hour in March." in line
+    parts = [part.strip() for part in line.removeprefix("[10.00-190.00] ").split("…")]
+    assert all(part in long_text for part in parts if part)  # verbatim sentences

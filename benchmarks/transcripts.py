@@ -1,0 +1,209 @@
+"""Benchmark query-focused transcript compression: `compress_single_file_results` against lead and BM25.
+
+What is measured
+    *Reference-content recall*: the share of a query-focused reference summary's content words
+    that the compressed transcript still contains, at fixed cl100k token budgets (every output is
+    checked to be within its budget). English content words: lower-cased alphabetic words of 3+
+    letters that are not stop words (compactor's English list). Chinese: the reference's Han
+    character bigrams. Next to it: time per query.
+
+    Data (``../shared/eval`` or ``$COMPACTOR_EVAL_DIR``):
+
+    * ``qmsum``  meeting-transcripts-qmsum: every specific query of every meeting (AMI, ICSI,
+      parliamentary committees); the transcript is all utterances of the meeting;
+    * ``vcsum``  vcsum-zh-meetings (Chinese): for every annotated segment, the query is its agenda
+      headline and the reference its segment summary; the transcript is the whole meeting.
+
+    Neither set has timestamps; each utterance gets synthetic ones from its word (or character)
+    count at speaking speed, so every method prints the same `[start-end] speaker: text` lines.
+    Disfluency marks such as `{vocalsound}` are removed for every method.
+
+    Methods (same lines, same budget, unit tokens):
+
+    * ``compactor``  `compress_single_file_results(query, results, max_length=B, unit="tokens")`;
+    * ``lead``       the first utterances, in order, while they fit;
+    * ``bm25``       `rank_bm25.BM25Okapi` over utterances (lower-cased words; Han characters one
+      token each) against the query, best first while they fit, printed in transcript order.
+      (Without the `bench` extra, a built-in BM25 with the same parameters is used.)
+
+Run: ``python benchmarks/transcripts.py`` (``--limit N`` queries per set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from evaldata import eval_dir, read_jsonl
+
+import compactor
+from compactor.plugins.textstats import stopwords
+from compactor.tokens import get_counter
+
+COUNTER = get_counter("cl100k_base")
+_TAG = re.compile(r"\{[a-z_]+\}")
+_WORD = re.compile(r"[A-Za-z]{3,}")
+_TOKEN = re.compile(r"[A-Za-z0-9]+|[\u4e00-\u9fff]")
+Case = dict[str, Any]
+
+
+def segments_of(utterances: Sequence[tuple[str, str]], zh: bool) -> list[dict[str, Any]]:
+    """Timestamped segments: 2.5 words/s (English) or 4 characters/s (Chinese)."""
+    out, clock = [], 0.0
+    for index, (speaker, text) in enumerate(utterances):
+        length = len(text) / 4.0 if zh else len(text.split()) / 2.5
+        out.append({"index": index, "start": round(clock, 2), "end": round(clock + max(length, 0.5), 2),
+                    "speaker": speaker, "text": text})
+        clock += max(length, 0.5)
+    return out
+
+
+def qmsum_cases(limit: int | None) -> list[Case]:
+    cases = []
+    for meeting in read_jsonl(eval_dir() / "meeting-transcripts-qmsum" / "test.jsonl"):
+        utterances = [(u["speaker"], " ".join(_TAG.sub(" ", u["content"]).split()))
+                      for u in meeting["meeting_transcripts"]]
+        utterances = [(s, t) for s, t in utterances if t]
+        segments = segments_of(utterances, zh=False)
+        for query in meeting["specific_query_list"]:
+            cases.append({"query": query["query"], "reference": query["answer"], "segments": segments})
+    return cases[:limit] if limit else cases
+
+
+def vcsum_cases(limit: int | None) -> list[Case]:
+    cases = []
+    for meeting in read_jsonl(eval_dir() / "vcsum-zh-meetings" / "meetings.jsonl"):
+        utterances = [(str(u["speaker"]), u["text"])
+                      for seg in meeting["segments"] for u in seg["utterances"]]
+        segments = segments_of(utterances, zh=True)
+        for seg in meeting["segments"]:
+            if seg.get("agenda") and seg.get("summary"):
+                cases.append({"query": seg["agenda"], "reference": seg["summary"], "segments": segments})
+    return cases[:limit] if limit else cases
+
+
+# -- methods ---------------------------------------------------------------------------------------
+
+
+def line(segment: dict[str, Any]) -> str:
+    return f"[{segment['start']:.2f}-{segment['end']:.2f}] {segment['speaker']}: {segment['text']}"
+
+
+def fit_in_order(segments: Sequence[dict[str, Any]], order: Sequence[int], budget: int) -> str:
+    """Take segments in `order` while the joined lines fit, print them in transcript order."""
+    kept: list[int] = []
+    used = 0
+    for i in order:
+        cost = COUNTER.count(line(segments[i])) + 1
+        if used + cost <= budget:
+            kept.append(i)
+            used += cost
+    text = "\n".join(line(segments[i]) for i in sorted(kept))
+    while kept and COUNTER.count(text) > budget:
+        kept.pop()
+        text = "\n".join(line(segments[i]) for i in sorted(kept))
+    return text
+
+
+def ours(case: Case, budget: int) -> str:
+    return compactor.compress_single_file_results(case["query"], {"filename": "meeting",
+                                                                  "segments": case["segments"]},
+                                                  max_length=budget, unit="tokens")
+
+
+def lead(case: Case, budget: int) -> str:
+    return fit_in_order(case["segments"], range(len(case["segments"])), budget)
+
+
+def _tokens(text: str) -> list[str]:
+    return [t.lower() for t in _TOKEN.findall(text)]
+
+
+def bm25(case: Case, budget: int) -> str:
+    docs = [_tokens(s["text"]) for s in case["segments"]]
+    query = _tokens(case["query"])
+    try:
+        from rank_bm25 import BM25Okapi
+
+        scores = list(BM25Okapi(docs).get_scores(query))
+    except ImportError:
+        scores = _bm25(docs, query)
+    order = sorted(range(len(docs)), key=lambda i: -scores[i])
+    return fit_in_order(case["segments"], order, budget)
+
+
+def _bm25(docs: Sequence[Sequence[str]], query: Sequence[str], k1: float = 1.5,
+          b: float = 0.75) -> list[float]:
+    n = len(docs)
+    avg = sum(map(len, docs)) / max(1, n)
+    df = Counter(t for d in docs for t in set(d))
+    idf = {t: math.log((n - df[t] + 0.5) / (df[t] + 0.5) + 1) for t in set(query)}
+    scores = []
+    for d in docs:
+        tf = Counter(d)
+        scores.append(sum(idf[t] * tf[t] * (k1 + 1) / (tf[t] + k1 * (1 - b + b * len(d) / avg))
+                          for t in set(query) if t in tf))
+    return scores
+
+
+METHODS: dict[str, Callable[[Case, int], str]] = {"compactor": ours, "lead": lead, "bm25": bm25}
+
+
+# -- measures --------------------------------------------------------------------------------------
+
+
+def content_units(text: str, zh: bool) -> set[str]:
+    if zh:
+        han = re.findall(r"[\u4e00-\u9fff]+", text)
+        return {run[i:i + 2] for run in han for i in range(len(run) - 1)}
+    stop = stopwords("en")
+    return {w for w in (m.lower() for m in _WORD.findall(text)) if w not in stop}
+
+
+def recall(reference: str, output: str, zh: bool) -> float | None:
+    wanted = content_units(reference, zh)
+    if not wanted:
+        return None
+    have = content_units(output, zh)
+    return len(wanted & have) / len(wanted)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--limit", type=int, help="queries per set")
+    args = parser.parse_args(argv)
+    sets = {"qmsum": (qmsum_cases(args.limit), False, (256, 512, 1024)),
+            "vcsum": (vcsum_cases(args.limit), True, (256, 512, 1024))}
+    for name, (cases, zh, budgets) in sets.items():
+        print(f"\n{name}: {len(cases)} queries, content recall of the reference summary (%)")
+        print(f"{'method':<11}" + "".join(f"{f'{b} tok':>11}" for b in budgets) + f"{'ms/query':>11}")
+        for method_name, method in METHODS.items():
+            cells, times = [], []
+            for budget in budgets:
+                values = []
+                for case in cases:
+                    start = time.perf_counter()
+                    out = method(case, budget)
+                    times.append(time.perf_counter() - start)
+                    assert COUNTER.count(out) <= budget, (method_name, budget, COUNTER.count(out))
+                    value = recall(case["reference"], out, zh)
+                    if value is not None:
+                        values.append(value)
+                cells.append(100 * statistics.mean(values))
+            print(f"{method_name:<11}" + "".join(f"{c:>11.1f}" for c in cells)
+                  + f"{1000 * statistics.median(times):>11.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
