@@ -15,11 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from compactor.batch import run_batch
 from compactor.compacter import ContextCompacter, expand, fact_to_dict
 from compactor.document import Context, frozen_mapping
 from compactor.errors import CompactorError, ConfigError
 from compactor.inputs import read_paths
-from compactor.pipeline import Pipeline
+from compactor.pipeline import Pipeline, read_pipeline_text
 from compactor.registry import build_registry
 from compactor.store import Batch, open_store
 
@@ -59,6 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--expand", nargs="+", metavar="ID",
                         help="print the original text of these chunk ids (ranges like <id>-0002..0009 too) "
                         "from --store, and exit")
+    parser.add_argument("--out", metavar="FILE", help="batch mode: run the pipeline on every line of a JSONL "
+                        "corpus and append one JSON result per line here (resumes: ids already there "
+                        "are skipped)")
+    parser.add_argument("--executor", choices=("local", "serial", "dask"), default="local",
+                        help="batch mode: a process pool over the cores (default), one process, or Dask")
+    parser.add_argument("--workers", type=int, metavar="N", help="batch mode: processes or Dask workers")
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="batch mode with --executor dask: an existing cluster (tcp://host:8786)")
     parser.add_argument("--check", action="store_true", help="validate the pipeline file and exit")
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved pipeline with defaults and exit")
@@ -103,6 +112,8 @@ def _main(args: argparse.Namespace) -> int:
     if not args.pipeline:
         raise ConfigError("a pipeline file is required (or --list-plugins); "
                           "try `compactor-run generic page.html --budget 500`")
+    if args.out:
+        return _batch_main(args)
     pipeline = Pipeline.from_yaml(args.pipeline)
     conversation = any(info.name == "compress.eight_segment"
                        for step in pipeline.spec.steps for info, _ in step.components)
@@ -150,6 +161,28 @@ def _emit(args: argparse.Namespace, text: str, report: dict[str, object], newlin
         sys.stdout.write(text)
     if args.report:
         write_atomic(Path(args.report), json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def _batch_main(args: argparse.Namespace) -> int:
+    """A JSONL corpus through the pipeline, streamed to --out (see compactor.batch)."""
+    if len(args.inputs) > 1:
+        raise ConfigError("batch mode (--out) reads one JSONL corpus (or - for stdin)")
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError("--workers must be at least 1")
+    if args.scheduler and args.executor != "dask":
+        raise ConfigError("--scheduler needs --executor dask")
+    text, label = read_pipeline_text(args.pipeline)
+    show = None if args.quiet else sys.stderr
+    stats = run_batch(text, label, Path(args.inputs[0] if args.inputs else "-"), Path(args.out),
+                      executor=args.executor, workers=args.workers, scheduler=args.scheduler,
+                      output_format=args.format, query=args.query, budget=args.budget, progress=show)
+    if stats.errors and not args.quiet:
+        for error in stats.errors[:5]:
+            print(f"compactor-run: failed: {error}", file=sys.stderr)
+    if stats.interrupted:
+        print("compactor-run: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+    return 1 if stats.failed else 0
 
 
 def _session_main(args: argparse.Namespace) -> int:

@@ -1,0 +1,284 @@
+"""Batch mode: a pipeline over a JSONL corpus, streamed in and out, resumable, on processes or Dask.
+
+    compactor-run pipeline.yaml corpus.jsonl --out results.jsonl                  # process pool
+    compactor-run pipeline.yaml corpus.jsonl --out results.jsonl --executor dask  # local cluster
+    compactor-run pipeline.yaml corpus.jsonl --out results.jsonl --executor dask --scheduler tcp://h:8786
+
+Every input line is one document `{"id", ...}`: `text`, `content` (+ `url`), `html`, `messages` (a
+conversation) or `segments` (a transcript), with optional `query` and `budget`. Every output line is
+`{"id", "ok", "output", "input_tokens", "output_tokens", "seconds"}` or `{"id", "ok": false,
+"error"}`, written as soon as it is known, in input order. Memory is bounded by the number of
+documents in flight, not by the corpus. On restart, ids already in the output are skipped (a torn
+last line from a crash is cut off first), so no document is lost or written twice.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+from compactor.errors import CompactorError, InputError
+
+Executor = Literal["serial", "local", "dask"]
+
+
+@dataclass(slots=True)
+class BatchStats:
+    """What a batch run did."""
+
+    read: int = 0
+    skipped: int = 0
+    done: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    bytes_in: int = 0
+    interrupted: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+# -- documents -------------------------------------------------------------------------------------
+
+
+def document_sources(record: Mapping[str, Any], where: str) -> list[Any]:
+    """The sources of one corpus record."""
+    from compactor.document import Source
+    from compactor.messages import conversation_source, read_messages
+    from compactor.transcripts import read_results
+
+    uri = record.get("url") or record.get("uri")
+    if isinstance(record.get("messages"), list):
+        return [conversation_source(read_messages(record["messages"], where), str(record.get("id")))]
+    if isinstance(record.get("segments"), list):
+        return read_results({"filename": record.get("filename") or record.get("id"),
+                             "segments": record["segments"]}, where)
+    for key, kind in (("html", "web_page"), ("content", None), ("text", "text")):
+        value = record.get(key)
+        if isinstance(value, str):
+            if not value.strip():
+                raise InputError(f"{where}: `{key}` is empty")
+            return [Source.from_text(value, kind=kind or ("web_page" if uri else "text"),
+                                     uri=str(uri) if uri else None, title=record.get("title"))]
+    raise InputError(f"{where}: a document needs `text`, `content`, `html`, `messages` or `segments`")
+
+
+@functools.lru_cache(maxsize=4)
+def _pipeline(text: str, label: str) -> Any:
+    from compactor.pipeline import Pipeline
+
+    return Pipeline.from_string(text, file=label)
+
+
+def run_document(pipeline: tuple[str, str], record: Mapping[str, Any], line: int,
+                 output_format: str | None = None,
+                 defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Compress one record (in whichever process runs it); never raises for a bad document. The
+    record's `query` and `budget` win over `defaults` (the command line's)."""
+    record = {**(defaults or {}), **record}
+    started = time.perf_counter()
+    doc_id = record.get("id")
+    try:
+        runner = _pipeline(*pipeline)
+        sources = document_sources(record, f"line {line}")
+        budget = record.get("budget")
+        context = runner.run(sources, query=record.get("query"),
+                             budget=budget if isinstance(budget, int) else None, output_format=output_format)
+        return {"id": doc_id, "ok": True, "output": context.output,
+                "input_tokens": context.meta.get("input_tokens"), "output_tokens": context.output_tokens,
+                "seconds": round(time.perf_counter() - started, 6)}
+    except CompactorError as exc:
+        return {"id": doc_id, "ok": False, "error": str(exc),
+                "seconds": round(time.perf_counter() - started, 6)}
+    except Exception as exc:  # one broken document must not stop a million others
+        return {"id": doc_id, "ok": False, "error": f"{type(exc).__name__}: {exc}",
+                "seconds": round(time.perf_counter() - started, 6)}
+
+
+# -- reading and resuming --------------------------------------------------------------------------
+
+
+def done_ids(out: Path) -> set[str]:
+    """Ids already written to `out`; a torn last line (a crash mid-write) is cut off the file."""
+    if not out.exists():
+        return set()
+    ids: set[str] = set()
+    with out.open("rb+") as handle:
+        good = 0
+        for raw in handle:
+            if not raw.endswith(b"\n"):
+                break
+            try:
+                ids.add(str(json.loads(raw)["id"]))
+            except (ValueError, KeyError, TypeError):
+                break
+            good += len(raw)
+        handle.truncate(good)
+    return ids
+
+
+def read_corpus(path: Path, stats: BatchStats) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) per JSONL line, streamed; records without an id get `line-<n>`."""
+    try:
+        handle = path.open("rb") if str(path) != "-" else sys.stdin.buffer
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    with handle:
+        for number, raw in enumerate(handle, 1):
+            stats.bytes_in += len(raw)
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{path}:{number}:{exc.colno}: invalid JSON line: {exc.msg}") from None
+            if not isinstance(record, dict):
+                raise InputError(f"{path}:{number}: expected a JSON object per line")
+            record.setdefault("id", f"line-{number}")
+            yield number, record
+
+
+# -- executors -------------------------------------------------------------------------------------
+
+
+class _Serial:
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        future.set_result(fn(*args))
+        return future
+
+    def close(self) -> None:
+        pass
+
+
+class _Dask:
+    """Documents as independent Dask tasks; a task lost with its worker is run again elsewhere."""
+
+    def __init__(self, scheduler: str | None, workers: int) -> None:
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:
+            raise CompactorError("--executor dask needs the `distributed` package: "
+                                 "pip install 'compactor[dask]'") from None
+        self.cluster = None
+        if scheduler:
+            self.client = Client(scheduler, timeout="30s")
+        else:
+            self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                        dashboard_address=None)
+            self.client = Client(self.cluster)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self.client.submit(fn, *args, pure=False, retries=3)
+
+    def close(self) -> None:
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+def _executor(kind: Executor, workers: int, scheduler: str | None) -> Any:
+    if kind == "serial":
+        return _Serial()
+    if kind == "dask":
+        return _Dask(scheduler, workers)
+    return ProcessPoolExecutor(max_workers=workers)
+
+
+def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, executor: Executor = "local",
+              workers: int | None = None, scheduler: str | None = None, window: int | None = None,
+              output_format: str | None = None, query: str | None = None, budget: int | None = None,
+              progress: TextIO | None = None) -> BatchStats:
+    """Run the pipeline over every record of `corpus` not yet in `out`, appending results in input
+    order. At most `window` documents are in flight (default 4 per worker)."""
+    from compactor.pipeline import Pipeline
+
+    Pipeline.from_string(pipeline_text, file=label)  # configuration errors before any work
+    workers = workers or os.cpu_count() or 1
+    window = window or 4 * workers
+    stats = BatchStats()
+    defaults = {k: v for k, v in (("query", query), ("budget", budget)) if v is not None}
+    skip = done_ids(out)
+    started = time.perf_counter()
+    pool = _executor(executor, workers, scheduler)
+    pending: dict[Any, int] = {}
+    ready: dict[int, dict[str, Any]] = {}
+    next_to_write = 0
+    order = 0
+    last_shown = 0.0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("a", encoding="utf-8") as sink:
+        def flush() -> None:
+            nonlocal next_to_write
+            while next_to_write in ready:
+                result = ready.pop(next_to_write)
+                sink.write(json.dumps(result, ensure_ascii=False, default=str) + "\n")
+                next_to_write += 1
+            sink.flush()
+
+        def collect(block: bool) -> None:
+            futures = list(pending)
+            if executor == "dask":
+                from distributed import wait as dask_wait
+
+                finished = dask_wait(futures, return_when="FIRST_COMPLETED").done if block else [
+                    f for f in futures if f.done()]
+            else:
+                finished = wait(futures, return_when=FIRST_COMPLETED).done if block else [
+                    f for f in futures if f.done()]
+            for future in finished:
+                position = pending.pop(future)
+                result = future.result()
+                ready[position] = result
+                stats.done += 1
+                if not result.get("ok"):
+                    stats.failed += 1
+                    if len(stats.errors) < 20:
+                        stats.errors.append(f"{result.get('id')}: {result.get('error')}")
+            flush()
+
+        try:
+            for number, record in read_corpus(corpus, stats):
+                stats.read += 1
+                if str(record["id"]) in skip:
+                    stats.skipped += 1
+                    continue
+                future = pool.submit(run_document, (pipeline_text, label), record, number, output_format,
+                                     defaults)
+                pending[future] = order
+                order += 1
+                while len(pending) >= window:
+                    collect(block=True)
+                collect(block=False)
+                if progress is not None and time.perf_counter() - last_shown > 1.0:
+                    last_shown = time.perf_counter()
+                    _show(progress, stats, last_shown - started)
+            while pending:
+                collect(block=True)
+        except KeyboardInterrupt:
+            stats.interrupted = True
+            for future in pending:
+                future.cancel()
+        finally:
+            flush()
+            if isinstance(pool, ProcessPoolExecutor):
+                pool.shutdown(wait=not stats.interrupted, cancel_futures=True)
+            else:
+                pool.close()
+    stats.seconds = time.perf_counter() - started
+    if progress is not None:
+        _show(progress, stats, stats.seconds, end="\n")
+    return stats
+
+
+def _show(stream: TextIO, stats: BatchStats, seconds: float, end: str = "") -> None:
+    rate = stats.done / seconds if seconds > 0 else 0.0
+    stream.write(f"\rcompactor-run: {stats.done} done ({stats.failed} failed), {stats.skipped} skipped, "
+                 f"{rate:.1f} docs/s, {stats.bytes_in / 1e6 / max(seconds, 1e-9):.2f} MB/s{end}")
+    stream.flush()

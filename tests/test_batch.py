@@ -1,0 +1,144 @@
+"""Batch mode: JSONL in and out, input order, resume after a crash or Ctrl-C, process pool and Dask."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compactor.batch import done_ids, run_batch
+from compactor.pipeline import read_pipeline_text
+
+from .helpers import EVAL, REPO
+
+GENERIC = read_pipeline_text("generic")
+
+
+def _corpus(tmp_path: Path, copies: int = 1, name: str = "corpus.jsonl") -> Path:
+    source = EVAL / "summarization-frank-cnndm-xsum" / "summ.jsonl"
+    if not source.exists():
+        pytest.skip(f"evaluation data not found: {source}")
+    rows = [json.loads(line) for line in source.read_text(encoding="utf-8").splitlines()[:40]]
+    path = tmp_path / name
+    with path.open("w", encoding="utf-8") as handle:
+        for n in range(copies):
+            for i, row in enumerate(rows):
+                handle.write(json.dumps({"id": f"d{n}-{i}", "text": row["document"], "budget": 80}) + "\n")
+    return path
+
+
+def _results(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+class _Cli:
+    """`compactor-run` in the background; stderr goes to a file the test can read."""
+
+    def __init__(self, log: Path, *args: str) -> None:
+        self.log = log
+        with log.open("wb") as sink:
+            self.process = subprocess.Popen([sys.executable, "-m", "compactor.cli", *args], cwd=REPO,
+                                            stdout=subprocess.DEVNULL, stderr=sink)
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.process.wait(timeout=timeout)
+
+    @property
+    def stderr(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+
+def _cli(tmp: Path, *args: str) -> _Cli:
+    return _Cli(tmp / f"stderr-{time.monotonic_ns()}.log", *args)
+
+
+def test_process_pool_streams_results_in_input_order_like_one_process(tmp_path: Path) -> None:
+    corpus = _corpus(tmp_path)
+    serial, pooled = tmp_path / "serial.jsonl", tmp_path / "pooled.jsonl"
+    first = run_batch(*GENERIC, corpus, serial, executor="serial")
+    second = run_batch(*GENERIC, corpus, pooled, executor="local", workers=2, window=3)
+    assert first.done == second.done == 40 and first.failed == second.failed == 0
+    a, b = _results(serial), _results(pooled)
+    assert [r["id"] for r in b] == [f"d0-{i}" for i in range(40)]
+    assert [(r["output"], r["output_tokens"]) for r in a] == [(r["output"], r["output_tokens"]) for r in b]
+    assert all(r["ok"] and r["output_tokens"] <= 80 for r in b)
+
+
+def test_resume_skips_written_ids_and_repairs_a_torn_line(tmp_path: Path) -> None:
+    corpus = _corpus(tmp_path)
+    full = tmp_path / "full.jsonl"
+    run_batch(*GENERIC, corpus, full, executor="serial")
+    lines = full.read_text(encoding="utf-8").splitlines(keepends=True)
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text("".join(lines[:15]) + lines[15][:40], encoding="utf-8")  # died mid-write
+    assert len(done_ids(partial)) == 15 and partial.read_text(encoding="utf-8") == "".join(lines[:15])
+    stats = run_batch(*GENERIC, corpus, partial, executor="local", workers=2)
+    assert stats.skipped == 15 and stats.done == 25
+    def timeless(path: Path) -> list[dict[str, Any]]:
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in _results(path)]
+
+    assert timeless(partial) == timeless(full)  # the same documents once each, in input order
+
+
+def test_a_killed_run_resumes_without_losing_or_repeating_a_document(tmp_path: Path) -> None:
+    corpus = _corpus(tmp_path, copies=15)
+    out = tmp_path / "out.jsonl"
+    run = _cli(tmp_path, "qa", str(corpus), "--out", str(out), "--query", "who won?", "--workers", "2",
+               "--quiet")
+    deadline = time.time() + 60
+    while time.time() < deadline and (not out.exists() or out.stat().st_size < 20_000):
+        time.sleep(0.05)
+    run.process.send_signal(signal.SIGKILL)
+    run.wait()
+    written = len(done_ids(out))
+    assert 0 < written < 600
+    again = _cli(tmp_path, "qa", str(corpus), "--out", str(out), "--query", "who won?", "--quiet")
+    assert again.wait(timeout=300) == 0, again.stderr
+    ids = [r["id"] for r in _results(out)]
+    assert len(ids) == 600 and len(set(ids)) == 600
+
+
+def test_ctrl_c_stops_cleanly_and_a_bad_document_is_reported_not_fatal(tmp_path: Path) -> None:
+    corpus = _corpus(tmp_path, copies=15)
+    with corpus.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"id": "empty", "text": "   "}) + "\n")
+    out = tmp_path / "out.jsonl"
+    run = _cli(tmp_path, "qa", str(corpus), "--out", str(out), "--query", "who won?", "--workers", "2")
+    deadline = time.time() + 60
+    while time.time() < deadline and (not out.exists() or out.stat().st_size < 5_000):
+        time.sleep(0.05)
+    run.process.send_signal(signal.SIGINT)
+    assert run.wait(timeout=60) == 130
+    assert "interrupted; run the same command again to resume" in run.stderr
+    assert all(json.loads(line)["ok"] for line in out.read_text(encoding="utf-8").splitlines())
+    again = _cli(tmp_path, "qa", str(corpus), "--out", str(out), "--query", "who won?", "--quiet")
+    assert again.wait(timeout=300) == 1, again.stderr  # the empty document failed
+    results = _results(out)
+    assert len(results) == 601 and len({r["id"] for r in results}) == 601
+    [bad] = [r for r in results if not r["ok"]]
+    assert bad["id"] == "empty" and "`text` is empty" in bad["error"]
+
+
+def test_dask_local_cluster_survives_a_worker_killed_mid_run(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    corpus = _corpus(tmp_path, copies=10)
+    out = tmp_path / "out.jsonl"
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        pids = client.run(os.getpid)
+        run = _cli(tmp_path, "qa", str(corpus), "--out", str(out), "--query", "who won?",
+                   "--executor", "dask", "--scheduler", cluster.scheduler_address, "--quiet")
+        deadline = time.time() + 120
+        while time.time() < deadline and (not out.exists() or out.read_text().count("\n") < 30):
+            time.sleep(0.05)
+        os.kill(next(iter(pids.values())), signal.SIGKILL)  # a worker dies mid-run
+        assert run.wait(timeout=300) == 0, run.stderr
+    ids = [r["id"] for r in _results(out)]
+    assert ids == [f"d{n}-{i}" for n in range(10) for i in range(40)]
