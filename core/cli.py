@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import TextIO
 
 from compactor.batch import run_batch
-from compactor.compacter import ContextCompacter, expand, fact_to_dict
+from compactor.compacter import STRATEGIES, ContextCompacter, expand, fact_to_dict
 from compactor.document import Context, frozen_mapping
 from compactor.errors import CompactorError, ConfigError
 from compactor.inputs import read_paths
+from compactor.monitor import prometheus_text, rolling_stats, stats_text
 from compactor.pipeline import Pipeline, read_pipeline_text
 from compactor.registry import build_registry
 from compactor.store import Batch, open_store
@@ -68,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, metavar="N", help="batch mode: processes or Dask workers")
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help="batch mode with --executor dask: an existing cluster (tcp://host:8786)")
+    parser.add_argument("--stats", action="store_true", help="show rolling figures of the last 100 runs per "
+                        f"pipeline recorded in --store (default {DEFAULT_STORE}) and flag anomalies")
+    parser.add_argument("--metrics-file", metavar="FILE",
+                        help="write the rolling run figures in the Prometheus text format")
     parser.add_argument("--check", action="store_true", help="validate the pipeline file and exit")
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved pipeline with defaults and exit")
@@ -103,6 +108,15 @@ def _main(args: argparse.Namespace) -> int:
     if args.list_plugins:
         print(list_plugins())
         return 0
+    if args.stats:
+        store_path = Path(args.store or DEFAULT_STORE)
+        if not store_path.exists():
+            raise ConfigError(f"{store_path}: no run store yet; runs are recorded with --store PATH")
+        stats = rolling_stats(open_store(store_path))
+        print(stats_text(stats))
+        if args.metrics_file:
+            write_atomic(Path(args.metrics_file), prometheus_text(stats))
+        return 0
     if args.expand:
         if not args.store:
             raise ConfigError("--expand needs --store PATH (the chunk store the ids were written to)")
@@ -117,8 +131,12 @@ def _main(args: argparse.Namespace) -> int:
     pipeline = Pipeline.from_yaml(args.pipeline)
     conversation = any(info.name == "compress.eight_segment"
                        for step in pipeline.spec.steps for info, _ in step.components)
-    if (args.strategy or args.session or args.store) and not conversation:
+    strategy = any(info.name.removeprefix("compress.") in STRATEGIES
+                   for step in pipeline.spec.steps for info, _ in step.components)
+    if (args.strategy or args.session or (args.store and strategy)) and not conversation:
         return _session_main(args)
+    if args.store and not conversation:
+        pipeline.record_runs(args.store)  # --store without a session: where runs are recorded
     if args.check:
         steps = len(pipeline.spec.steps)
         print(f"{args.pipeline}: ok ({steps} step{'s' if steps != 1 else ''})")
@@ -146,6 +164,8 @@ def _main(args: argparse.Namespace) -> int:
     fmt = args.format or pipeline.spec.output["format"]
     text = explain(context) if args.explain else (context.output or "")
     _emit(args, text, report_dict(context), newline=fmt != "json")
+    if args.store and args.metrics_file and not conversation:
+        write_atomic(Path(args.metrics_file), prometheus_text(rolling_stats(open_store(args.store))))
     if args.fail_under is not None:
         return _quality_gate(context, args.fail_under)
     return 0

@@ -89,6 +89,15 @@ class Pipeline:
         registry = build_registry(plugins=plugins, env=env)
         return cls(load_spec(text, file, registry, env), registry)
 
+    def record_runs(self, store: Any) -> None:
+        """Record every run of this pipeline (time, tokens, ratio, loss, fallback, success) into a
+        store (a path or a `ChunkStore`); see `compactor.monitor`."""
+        from compactor.monitor import RunRecorder
+        from compactor.store import open_store
+
+        self.registry.pm.register(RunRecorder(open_store(store), self.spec.name or "<inline>"),
+                                  name=f"compactor.monitor.{id(store)}")
+
     def print_config(self) -> str:
         """The resolved configuration with every default, as YAML."""
         import yaml

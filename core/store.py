@@ -103,6 +103,14 @@ class ChunkStore:
     def batches(self, session: str) -> list[dict[str, Any]]:
         raise NotImplementedError
 
+    def record_run(self, record: Mapping[str, Any]) -> None:
+        """Keep one pipeline run's figures (`compactor.monitor`)."""
+        raise NotImplementedError
+
+    def runs(self, pipeline: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """The latest recorded runs (of one pipeline), oldest first."""
+        raise NotImplementedError
+
     def close(self) -> None:
         """Release the store's resources (a no-op for memory)."""
 
@@ -131,6 +139,14 @@ class MemoryStore(ChunkStore):
     def __init__(self) -> None:
         self._chunks: dict[str, StoredChunk] = {}
         self._sessions: dict[str, dict[str, Any]] = {}
+        self._runs: list[dict[str, Any]] = []
+
+    def record_run(self, record: Mapping[str, Any]) -> None:
+        self._runs.append(json.loads(json.dumps(dict(record), default=str)))
+
+    def runs(self, pipeline: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        chosen = [r for r in self._runs if pipeline is None or r.get("pipeline") == pipeline]
+        return chosen[-limit:]
 
     def _session(self, session: str) -> dict[str, Any]:
         return self._sessions.setdefault(session, {"meta": {}, "sources": [], "urls": {}, "sigs": {},
@@ -215,6 +231,9 @@ CREATE TABLE IF NOT EXISTS source_bands (
 CREATE INDEX IF NOT EXISTS bands_by_key ON source_bands (session, band, key);
 CREATE TABLE IF NOT EXISTS knowledge (
     session TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (session, key));
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, pipeline TEXT NOT NULL, time REAL NOT NULL, data TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS runs_by_pipeline ON runs (pipeline, id);
 CREATE TABLE IF NOT EXISTS batches (
     session TEXT NOT NULL, batch INTEGER NOT NULL, time REAL NOT NULL, sources INTEGER NOT NULL,
     chunks INTEGER NOT NULL, report TEXT NOT NULL, PRIMARY KEY (session, batch));
@@ -357,6 +376,20 @@ class SQLiteStore(ChunkStore):
                            "c.title FROM chunks c JOIN session_sources s ON s.source_id = c.source_id "
                            "WHERE s.session = ? ORDER BY s.seq, c.idx", (session,))
         return [StoredChunk(*r) for r in rows]
+
+    def record_run(self, record: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._db.execute("INSERT INTO runs (pipeline, time, data) VALUES (?, ?, ?)",
+                             (str(record.get("pipeline")), float(record.get("time", time.time())),
+                              json.dumps(dict(record), ensure_ascii=False, default=str)))
+
+    def runs(self, pipeline: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        if pipeline is None:
+            rows = self._query("SELECT data FROM runs ORDER BY id DESC LIMIT ?", (limit,))
+        else:
+            rows = self._query("SELECT data FROM runs WHERE pipeline = ? ORDER BY id DESC LIMIT ?",
+                               (pipeline, limit))
+        return [json.loads(r[0]) for r in reversed(rows)]
 
     def knowledge(self, session: str, key: str, default: Any = None) -> Any:
         rows = self._query("SELECT value FROM knowledge WHERE session = ? AND key = ?", (session, key))

@@ -1,0 +1,183 @@
+"""Run monitoring (seed 004, section 9): every pipeline run recorded, rolling figures, anomalies.
+
+`RunRecorder` is a plugin with wrapper hooks on every stage: it notes when a run starts, sees the
+render step finish (or any step fail) and writes one record to the store: time, tokens in and out,
+ratio, loss level and retention (from `validate.loss`), whether a fallback answered, success.
+`rolling_stats` summarises the last 100 runs per pipeline and flags runs several times slower than
+their pipeline's median, or much lossier; `prometheus_text` writes the same figures for scraping.
+
+    compactor-run qa notes.txt --query "..." --store runs.sqlite        # recorded
+    compactor-run --stats --store runs.sqlite --metrics-file metrics.prom
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Generator, Mapping, Sequence
+from typing import Any
+
+from compactor.document import Context
+from compactor.hookspecs import hookimpl
+from compactor.run import Run
+from compactor.store import ChunkStore
+
+WINDOW = 100
+#: A run this many times slower than its pipeline's median is flagged.
+SLOW = 3.0
+#: Loss levels from `validate.loss`, best first; a run two levels worse than the median is flagged.
+LEVELS = ("minimal", "acceptable", "moderate", "severe")
+
+
+class RunRecorder:
+    """Records each run of the pipeline it is registered with into a store."""
+
+    def __init__(self, store: ChunkStore, pipeline: str) -> None:
+        self.store = store
+        self.pipeline = pipeline
+        self._open: dict[int, dict[str, Any]] = {}
+
+    def _track(self, stage: str, context: Context, run: Run) -> Generator[None, Any, Any]:
+        state = self._open.setdefault(id(run), {"started": time.perf_counter(), "wall": time.time()})
+        try:
+            result = yield
+        except BaseException as exc:
+            self._open.pop(id(run), None)
+            self._write(state, context, None, run, error=f"{type(exc).__name__}: {exc}")
+            raise
+        if stage == "render":
+            self._open.pop(id(run), None)
+            self._write(state, context, result if isinstance(result, str) else None, run)
+        return result
+
+    def _write(self, state: Mapping[str, Any], context: Context, output: str | None, run: Run,
+               error: str | None = None) -> None:
+        tokens_in = int(context.meta.get("input_tokens", context.tokens) or 0)
+        tokens_out = run.counter.count(output) if output is not None else None
+        loss = next((dict(r.details["validate.loss"]) for r in reversed(context.reports)
+                     if not r.skipped and "validate.loss" in r.details), {})
+        fallback = any(r.stage == "fallback" and not r.skipped and not r.details.get("declined")
+                       and r.details.get("llm_accepted", 1) for r in context.reports)
+        self.store.record_run({
+            "pipeline": self.pipeline, "time": state["wall"],
+            "seconds": round(time.perf_counter() - state["started"], 6),
+            "tokens_in": tokens_in, "tokens_out": tokens_out,
+            "ratio": round(tokens_out / tokens_in, 4) if tokens_out is not None and tokens_in else None,
+            "loss_level": loss.get("level"), "retention": loss.get("retention"),
+            "fallback": fallback, "success": error is None, "error": error})
+
+    @hookimpl(wrapper=True)
+    def compactor_clean(self, context: Context, run: Run) -> Generator[None, Any, Any]:
+        return (yield from self._track("clean", context, run))
+
+    @hookimpl(wrapper=True)
+    def compactor_chunk(self, context: Context, run: Run) -> Generator[None, Any, Any]:
+        return (yield from self._track("chunk", context, run))
+
+    @hookimpl(wrapper=True)
+    def compactor_classify(self, context: Context, run: Run) -> Generator[None, Any, Any]:
+        return (yield from self._track("classify", context, run))
+
+    @hookimpl(wrapper=True)
+    def compactor_score(self, context: Context, run: Run) -> Generator[None, Any, Any]:
+        return (yield from self._track("score", context, run))
+
+    @hookimpl(wrapper=True)
+    def compactor_compress(self, context: Context, run: Run) -> Generator[None, Any, Any]:
+        return (yield from self._track("compress", context, run))
+
+    @hookimpl(wrapper=True)
+    def compactor_validate(self, context: Context, run: Run) -> Generator[None, Any, Any]:
+        return (yield from self._track("validate", context, run))
+
+    @hookimpl(wrapper=True)
+    def compactor_fallback(self, context: Context, run: Run) -> Generator[None, Any, Any]:
+        return (yield from self._track("fallback", context, run))
+
+    @hookimpl(wrapper=True)
+    def compactor_render(self, context: Context, run: Run) -> Generator[None, Any, Any]:
+        return (yield from self._track("render", context, run))
+
+
+def anomalies(runs: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], str]]:
+    """Runs of one pipeline that stand out: several times slower than the median, two loss levels
+    worse than the median, or failed."""
+    seconds = [float(r["seconds"]) for r in runs if r.get("success")]
+    median = statistics.median(seconds) if seconds else 0.0
+    ranks = [LEVELS.index(r["loss_level"]) for r in runs if r.get("loss_level") in LEVELS]
+    typical = statistics.median(ranks) if ranks else None
+    found = []
+    for run in runs:
+        if not run.get("success"):
+            found.append((run, f"failed: {run.get('error')}"))
+        elif median > 0 and float(run["seconds"]) > SLOW * median and float(run["seconds"]) > 0.01:
+            found.append((run, f"{float(run['seconds']) / median:.1f}x slower than the median"))
+        elif typical is not None and run.get("loss_level") in LEVELS and \
+                LEVELS.index(run["loss_level"]) >= typical + 2:
+            found.append((run, f"loss level {run['loss_level']} (median {LEVELS[int(typical)]})"))
+    return found
+
+
+def rolling_stats(store: ChunkStore, window: int = WINDOW) -> dict[str, dict[str, Any]]:
+    """Per pipeline, over its last `window` runs: count, median and p95 seconds, mean ratio,
+    success and fallback rates, loss levels, anomalies."""
+    pipelines = sorted({r["pipeline"] for r in store.runs(limit=10**9)})
+    out: dict[str, dict[str, Any]] = {}
+    for name in pipelines:
+        runs = store.runs(name, window)
+        seconds = sorted(float(r["seconds"]) for r in runs)
+        ratios = [float(r["ratio"]) for r in runs if r.get("ratio") is not None]
+        levels: dict[str, int] = {}
+        for r in runs:
+            if r.get("loss_level"):
+                levels[r["loss_level"]] = levels.get(r["loss_level"], 0) + 1
+        out[name] = {
+            "runs": len(runs),
+            "median_seconds": statistics.median(seconds) if seconds else 0.0,
+            "p95_seconds": seconds[int(0.95 * (len(seconds) - 1))] if seconds else 0.0,
+            "mean_ratio": statistics.mean(ratios) if ratios else None,
+            "success_rate": sum(bool(r.get("success")) for r in runs) / len(runs) if runs else 0.0,
+            "fallback_rate": sum(bool(r.get("fallback")) for r in runs) / len(runs) if runs else 0.0,
+            "loss_levels": levels,
+            "anomalies": [{"time": r.get("time"), "reason": why} for r, why in anomalies(runs)],
+        }
+    return out
+
+
+def stats_text(stats: Mapping[str, Mapping[str, Any]]) -> str:
+    """The rolling figures as a table, anomalies listed under their pipeline."""
+    if not stats:
+        return "no runs recorded yet (runs are recorded when a store is given: --store PATH)"
+    lines = [f"{'pipeline':<18}{'runs':>6}{'median s':>10}{'p95 s':>9}{'ratio':>8}{'success':>9}"
+             f"{'fallback':>10}{'anomalies':>11}"]
+    for name, s in stats.items():
+        ratio = f"{s['mean_ratio']:.3f}" if s["mean_ratio"] is not None else "-"
+        lines.append(f"{name:<18}{s['runs']:>6}{s['median_seconds']:>10.4f}{s['p95_seconds']:>9.4f}"
+                     f"{ratio:>8}{s['success_rate']:>9.0%}{s['fallback_rate']:>10.0%}{len(s['anomalies']):>11}")
+        for anomaly in s["anomalies"][:10]:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(anomaly["time"] or 0))
+            lines.append(f"  ! {when}  {anomaly['reason']}")
+    return "\n".join(lines)
+
+
+def prometheus_text(stats: Mapping[str, Mapping[str, Any]]) -> str:
+    """The rolling figures in the Prometheus text exposition format."""
+    metrics = [  # name, help, value
+        ("compactor_runs", "Runs in the rolling window.", lambda s: s["runs"]),
+        ("compactor_run_seconds_median", "Median run time in seconds.", lambda s: s["median_seconds"]),
+        ("compactor_run_seconds_p95", "95th percentile run time in seconds.", lambda s: s["p95_seconds"]),
+        ("compactor_compression_ratio_mean", "Mean tokens out / tokens in.", lambda s: s["mean_ratio"]),
+        ("compactor_success_ratio", "Share of runs that succeeded.", lambda s: s["success_rate"]),
+        ("compactor_fallback_ratio", "Share of runs a fallback answered.", lambda s: s["fallback_rate"]),
+        ("compactor_anomalies", "Anomalous runs in the window.", lambda s: len(s["anomalies"])),
+    ]
+    lines = []
+    for name, help_text, value in metrics:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} gauge")
+        for pipeline, s in stats.items():
+            v = value(s)
+            if v is not None:
+                label = pipeline.replace("\\", "\\\\").replace('"', '\\"')
+                lines.append(f'{name}{{pipeline="{label}"}} {float(v):.6g}')
+    return "\n".join(lines) + "\n"
