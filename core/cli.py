@@ -23,6 +23,7 @@ from compactor.inputs import read_paths
 from compactor.monitor import prometheus_text, rolling_stats, stats_text
 from compactor.pipeline import Pipeline, read_pipeline_text
 from compactor.registry import build_registry
+from compactor.report import html_report
 from compactor.store import Batch, open_store
 
 DEFAULT_STORE = ".compactor/chunks.sqlite"
@@ -41,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="output format (json carries provenance; messages: a compacted history as "
                         "the JSON message list to send)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write here (atomically), not stdout")
-    parser.add_argument("--report", metavar="FILE", help="write the step reports as JSON")
+    parser.add_argument("--report", metavar="FILE", help="write the step reports as JSON, or a visual "
+                        "report when FILE ends in .html (kept and dropped text, scores, steps, loss)")
     parser.add_argument("--explain", action="store_true",
                         help="print each chunk's scores, features and keep/drop decision instead of the text")
     parser.add_argument("--fail-under", type=float, metavar="RETENTION",
@@ -163,6 +165,9 @@ def _main(args: argparse.Namespace) -> int:
             sources=context.sources, chunks=context.chunks, report={"kind": "conversation"}))
     fmt = args.format or pipeline.spec.output["format"]
     text = explain(context) if args.explain else (context.output or "")
+    if args.report and Path(args.report).suffix.lower() in (".html", ".htm"):
+        write_atomic(Path(args.report), html_report(context, f"compactor · {pipeline.spec.name}"))
+        args.report = None  # the JSON report is not written as well
     _emit(args, text, report_dict(context), newline=fmt != "json")
     if args.store and args.metrics_file and not conversation:
         write_atomic(Path(args.metrics_file), prometheus_text(rolling_stats(open_store(args.store))))

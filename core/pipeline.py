@@ -121,7 +121,7 @@ class Pipeline:
 
     def run(
         self,
-        inputs: str | Source | Iterable[Source] | Context,
+        inputs: str | Source | Iterable[Source | str] | Context,
         *,
         query: str | None = None,
         budget: int | Budget | None = None,
@@ -184,7 +184,7 @@ class Pipeline:
         return context
 
     def _initial(
-        self, inputs: str | Source | Iterable[Source] | Context, query: str | None,
+        self, inputs: str | Source | Iterable[Source | str] | Context, query: str | None,
         budget: int | Budget | None,
     ) -> Context:
         if isinstance(inputs, Context):
@@ -194,8 +194,8 @@ class Pipeline:
                 sources: tuple[Source, ...] = (Source.from_text(inputs),)
             elif isinstance(inputs, Source):
                 sources = (inputs,)
-            else:
-                sources = tuple(inputs)
+            else:  # Sources, or plain strings (one text source each)
+                sources = tuple(Source.from_text(i) if isinstance(i, str) else i for i in inputs)
             if not sources or all(not s.text.strip() for s in sources):
                 raise InputError("the input is empty: there is no text to compress")
             context = Context(sources=sources, query=self.spec.query, budget=self.spec.budget)
