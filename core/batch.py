@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -82,14 +83,17 @@ def run_document(pipeline: tuple[str, str], record: Mapping[str, Any], line: int
     """Compress one record (in whichever process runs it); never raises for a bad document. The
     record's `query` and `budget` win over `defaults` (the command line's)."""
     record = {**(defaults or {}), **record}
+    if "_error" in record:
+        return {"id": record.get("id"), "ok": False, "error": record["_error"], "seconds": 0.0}
     started = time.perf_counter()
     doc_id = record.get("id")
     try:
         runner = _pipeline(*pipeline)
         sources = document_sources(record, f"line {line}")
         budget = record.get("budget")
-        context = runner.run(sources, query=record.get("query"),
-                             budget=budget if isinstance(budget, int) else None, output_format=output_format)
+        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0):
+            raise InputError(f"line {line}: `budget` must be a positive integer, not {budget!r}")
+        context = runner.run(sources, query=record.get("query"), budget=budget, output_format=output_format)
         return {"id": doc_id, "ok": True, "output": context.output,
                 "input_tokens": context.meta.get("input_tokens"), "output_tokens": context.output_tokens,
                 "seconds": round(time.perf_counter() - started, 6)}
@@ -104,27 +108,39 @@ def run_document(pipeline: tuple[str, str], record: Mapping[str, Any], line: int
 # -- reading and resuming --------------------------------------------------------------------------
 
 
+def id_key(value: Any) -> str:
+    """How an id is compared on resume: its JSON form, so `1` and `"1"` stay different ids."""
+    return json.dumps(value, ensure_ascii=True, sort_keys=True)
+
+
 def done_ids(out: Path) -> set[str]:
-    """Ids already written to `out`; a torn last line (a crash mid-write) is cut off the file."""
+    """Keys (`id_key`) of the ids already written to `out`. Only a torn last line (a crash in the
+    middle of a write) is cut off; anything else that is not a result line is an error, so a wrong
+    `--out` (the corpus itself, another tool's file) is never truncated."""
     if not out.exists():
         return set()
     ids: set[str] = set()
     with out.open("rb+") as handle:
         good = 0
-        for raw in handle:
+        for number, raw in enumerate(handle, 1):
             if not raw.endswith(b"\n"):
+                handle.truncate(good)  # the torn last line
                 break
             try:
-                ids.add(str(json.loads(raw)["id"]))
-            except (ValueError, KeyError, TypeError):
-                break
+                record = json.loads(raw)
+                if not isinstance(record, dict) or "id" not in record or "ok" not in record:
+                    raise ValueError
+            except ValueError:
+                raise InputError(f"{out}:{number}: not a compactor result line; refusing to append to "
+                                 "this file (is --out pointing at the right file?)") from None
+            ids.add(id_key(record["id"]))
             good += len(raw)
-        handle.truncate(good)
     return ids
 
 
 def read_corpus(path: Path, stats: BatchStats) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, record) per JSONL line, streamed; records without an id get `line-<n>`."""
+    """(line number, record) per JSONL line, streamed; records without an id get `line-<n>`. A line
+    that is not a JSON object becomes a record whose `_error` says why (it is reported, not fatal)."""
     try:
         handle = path.open("rb") if str(path) != "-" else sys.stdin.buffer
     except OSError as exc:
@@ -136,10 +152,11 @@ def read_corpus(path: Path, stats: BatchStats) -> Iterator[tuple[int, dict[str, 
                 continue
             try:
                 record = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}:{number}:{exc.colno}: invalid JSON line: {exc.msg}") from None
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+                record = {"id": f"line-{number}", "_error": f"{path}:{number}: invalid JSON line: {detail}"}
             if not isinstance(record, dict):
-                raise InputError(f"{path}:{number}: expected a JSON object per line")
+                record = {"id": f"line-{number}", "_error": f"{path}:{number}: expected a JSON object"}
             record.setdefault("id", f"line-{number}")
             yield number, record
 
@@ -196,7 +213,9 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
               output_format: str | None = None, query: str | None = None, budget: int | None = None,
               progress: TextIO | None = None) -> BatchStats:
     """Run the pipeline over every record of `corpus` not yet in `out`, appending results in input
-    order. At most `window` documents are in flight (default 4 per worker)."""
+    order. At most `window` documents (default 4 per worker) are in flight or waiting to be
+    written, whatever the corpus size. A process-pool worker that dies is replaced and its
+    documents run again (up to 3 times); Dask does the same for its workers."""
     from compactor.pipeline import Pipeline
 
     Pipeline.from_string(pipeline_text, file=label)  # configuration errors before any work
@@ -204,16 +223,20 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
     window = window or 4 * workers
     stats = BatchStats()
     defaults = {k: v for k, v in (("query", query), ("budget", budget)) if v is not None}
-    skip = done_ids(out)
-    started = time.perf_counter()
-    pool = _executor(executor, workers, scheduler)
-    pending: dict[Any, int] = {}
-    ready: dict[int, dict[str, Any]] = {}
-    next_to_write = 0
-    order = 0
-    last_shown = 0.0
     out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("a", encoding="utf-8") as sink:
+    with out.open("a", encoding="utf-8", errors="backslashreplace") as sink:
+        skip = done_ids(out)
+        _lock(sink, out)  # after done_ids: closing any descriptor of the file drops a POSIX lock
+        seen: dict[str, int] = {}
+        started = time.perf_counter()
+        pool = _executor(executor, workers, scheduler)
+        pending: dict[Any, tuple[int, tuple[Any, ...]]] = {}
+        ready: dict[int, dict[str, Any]] = {}
+        restarts = 0
+        next_to_write = 0
+        order = 0
+        last_shown = 0.0
+
         def flush() -> None:
             nonlocal next_to_write
             while next_to_write in ready:
@@ -223,6 +246,7 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
             sink.flush()
 
         def collect(block: bool) -> None:
+            nonlocal pool, restarts
             futures = list(pending)
             if executor == "dask":
                 from distributed import wait as dask_wait
@@ -233,8 +257,21 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
                 finished = wait(futures, return_when=FIRST_COMPLETED).done if block else [
                     f for f in futures if f.done()]
             for future in finished:
-                position = pending.pop(future)
-                result = future.result()
+                if future not in pending:
+                    continue
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    if restarts >= 3:
+                        raise CompactorError("the process pool broke 3 times; giving up") from None
+                    restarts += 1  # a worker died: a new pool runs everything that was in flight
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    pool = _executor(executor, workers, scheduler)
+                    for old, (position, args) in list(pending.items()):
+                        del pending[old]
+                        pending[pool.submit(run_document, *args)] = (position, args)
+                    return
+                position, _ = pending.pop(future)
                 ready[position] = result
                 stats.done += 1
                 if not result.get("ok"):
@@ -246,14 +283,18 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
         try:
             for number, record in read_corpus(corpus, stats):
                 stats.read += 1
-                if str(record["id"]) in skip:
+                key = id_key(record["id"])
+                if key in skip:
                     stats.skipped += 1
                     continue
-                future = pool.submit(run_document, (pipeline_text, label), record, number, output_format,
-                                     defaults)
-                pending[future] = order
+                if key in seen:
+                    record = {"id": record["id"], "_error": f"line {number}: duplicate id (first on line "
+                                                          f"{seen[key]}); ids must be unique to resume"}
+                seen.setdefault(key, number)
+                args = ((pipeline_text, label), record, number, output_format, defaults)
+                pending[pool.submit(run_document, *args)] = (order, args)
                 order += 1
-                while len(pending) >= window:
+                while len(pending) + len(ready) >= window:  # finished results wait for slow ones
                     collect(block=True)
                 collect(block=False)
                 if progress is not None and time.perf_counter() - last_shown > 1.0:
@@ -275,6 +316,20 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
     if progress is not None:
         _show(progress, stats, stats.seconds, end="\n")
     return stats
+
+
+def _lock(sink: TextIO, out: Path) -> None:
+    """One run per output file: a second run on the same --out stops at once."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return
+    try:
+        # a POSIX record lock: unlike flock, pool workers forked later do not inherit it, so a
+        # killed run's orphaned workers cannot keep the file locked
+        fcntl.lockf(sink.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        raise InputError(f"{out}: another compactor-run is writing to this file") from None
 
 
 def _show(stream: TextIO, stats: BatchStats, seconds: float, end: str = "") -> None:

@@ -1,8 +1,9 @@
 """Run monitoring (seed 004, section 9): every pipeline run recorded, rolling figures, anomalies.
 
-`RunRecorder` is a plugin with wrapper hooks on every stage: it notes when a run starts, sees the
-render step finish (or any step fail) and writes one record to the store: time, tokens in and out,
-ratio, loss level and retention (from `validate.loss`), whether a fallback answered, success.
+`RunRecorder` is a plugin with wrapper hooks on every stage (they note which step failed); the
+pipeline hands it each finished or failed run, and it writes one record to the store: time, tokens
+in and out, ratio, loss level and retention (from `validate.loss`), whether a fallback answered,
+success (with the error and the failing step).
 `rolling_stats` summarises the last 100 runs per pipeline and flags runs several times slower than
 their pipeline's median, or much lossier; `prometheus_text` writes the same figures for scraping.
 
@@ -12,6 +13,7 @@ their pipeline's median, or much lossier; `prometheus_text` writes the same figu
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Generator, Mapping, Sequence
@@ -30,41 +32,45 @@ LEVELS = ("minimal", "acceptable", "moderate", "severe")
 
 
 class RunRecorder:
-    """Records each run of the pipeline it is registered with into a store."""
+    """Records each run of the pipeline it is registered with into a store.
+
+    Its wrapper hooks see every step and remember the one that failed; the pipeline calls `finish`
+    once per run, after the output is checked, whether the run succeeded or not.
+    """
 
     def __init__(self, store: ChunkStore, pipeline: str) -> None:
         self.store = store
         self.pipeline = pipeline
-        self._open: dict[int, dict[str, Any]] = {}
+        self.failed_step: str | None = None
 
     def _track(self, stage: str, context: Context, run: Run) -> Generator[None, Any, Any]:
-        state = self._open.setdefault(id(run), {"started": time.perf_counter(), "wall": time.time()})
         try:
-            result = yield
-        except BaseException as exc:
-            self._open.pop(id(run), None)
-            self._write(state, context, None, run, error=f"{type(exc).__name__}: {exc}")
+            return (yield)
+        except BaseException:
+            self.failed_step = run.step.label if run.step is not None else stage
             raise
-        if stage == "render":
-            self._open.pop(id(run), None)
-            self._write(state, context, result if isinstance(result, str) else None, run)
-        return result
 
-    def _write(self, state: Mapping[str, Any], context: Context, output: str | None, run: Run,
-               error: str | None = None) -> None:
-        tokens_in = int(context.meta.get("input_tokens", context.tokens) or 0)
-        tokens_out = run.counter.count(output) if output is not None else None
-        loss = next((dict(r.details["validate.loss"]) for r in reversed(context.reports)
-                     if not r.skipped and "validate.loss" in r.details), {})
-        fallback = any(r.stage == "fallback" and not r.skipped and not r.details.get("declined")
-                       and r.details.get("llm_accepted", 1) for r in context.reports)
-        self.store.record_run({
-            "pipeline": self.pipeline, "time": state["wall"],
-            "seconds": round(time.perf_counter() - state["started"], 6),
-            "tokens_in": tokens_in, "tokens_out": tokens_out,
-            "ratio": round(tokens_out / tokens_in, 4) if tokens_out is not None and tokens_in else None,
-            "loss_level": loss.get("level"), "retention": loss.get("retention"),
-            "fallback": fallback, "success": error is None, "error": error})
+    def finish(self, started: float, context: Context | None, error: str | None = None) -> None:
+        """Write the record of the run that began at `started` (perf_counter) and ended with
+        `context` (None when it failed before producing one)."""
+        failed_step, self.failed_step = self.failed_step, None
+        record: dict[str, Any] = {"pipeline": self.pipeline, "time": time.time(),
+                                  "seconds": round(time.perf_counter() - started, 6),
+                                  "success": error is None, "error": error, "failed_step": failed_step,
+                                  "tokens_in": None, "tokens_out": None, "ratio": None, "loss_level": None,
+                                  "retention": None, "fallback": False}
+        if context is not None:
+            tokens_in = int(context.meta.get("input_tokens", context.tokens) or 0)
+            tokens_out = context.output_tokens
+            loss = next((dict(r.details["validate.loss"]) for r in reversed(context.reports)
+                         if not r.skipped and "validate.loss" in r.details), {})
+            record.update(
+                tokens_in=tokens_in, tokens_out=tokens_out,
+                ratio=round(tokens_out / tokens_in, 4) if tokens_out is not None and tokens_in else None,
+                loss_level=loss.get("level"), retention=loss.get("retention"),
+                fallback=any(r.stage == "fallback" and not r.skipped and not r.details.get("declined")
+                             and r.details.get("llm_accepted", 1) for r in context.reports))
+        self.store.record_run(record)
 
     @hookimpl(wrapper=True)
     def compactor_clean(self, context: Context, run: Run) -> Generator[None, Any, Any]:
@@ -121,7 +127,7 @@ def anomalies(runs: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any]
 def rolling_stats(store: ChunkStore, window: int = WINDOW) -> dict[str, dict[str, Any]]:
     """Per pipeline, over its last `window` runs: count, median and p95 seconds, mean ratio,
     success and fallback rates, loss levels, anomalies."""
-    pipelines = sorted({r["pipeline"] for r in store.runs(limit=10**9)})
+    pipelines = store.run_pipelines()
     out: dict[str, dict[str, Any]] = {}
     for name in pipelines:
         runs = store.runs(name, window)
@@ -134,7 +140,7 @@ def rolling_stats(store: ChunkStore, window: int = WINDOW) -> dict[str, dict[str
         out[name] = {
             "runs": len(runs),
             "median_seconds": statistics.median(seconds) if seconds else 0.0,
-            "p95_seconds": seconds[int(0.95 * (len(seconds) - 1))] if seconds else 0.0,
+            "p95_seconds": seconds[math.ceil(0.95 * (len(seconds) - 1))] if seconds else 0.0,
             "mean_ratio": statistics.mean(ratios) if ratios else None,
             "success_rate": sum(bool(r.get("success")) for r in runs) / len(runs) if runs else 0.0,
             "fallback_rate": sum(bool(r.get("fallback")) for r in runs) / len(runs) if runs else 0.0,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.resources
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -15,6 +16,7 @@ from compactor.config import PipelineSpec, StepSpec, load_spec
 from compactor.document import Budget, Context, Source, StepReport, frozen_mapping
 from compactor.errors import CompactorError, ConfigError, InputError, Problem, StageError
 from compactor.hookspecs import STAGE_HOOKS
+from compactor.monitor import RunRecorder
 from compactor.observe import StepObserver, with_counts
 from compactor.registry import Registry, build_registry
 from compactor.run import Run, StepRecord
@@ -92,7 +94,6 @@ class Pipeline:
     def record_runs(self, store: Any) -> None:
         """Record every run of this pipeline (time, tokens, ratio, loss, fallback, success) into a
         store (a path or a `ChunkStore`); see `compactor.monitor`."""
-        from compactor.monitor import RunRecorder
         from compactor.store import open_store
 
         self.registry.pm.register(RunRecorder(open_store(store), self.spec.name or "<inline>"),
@@ -137,6 +138,23 @@ class Pipeline:
         components as `run.settings["session"]`, for the ones that consult what a session holds.
         `llm` overrides keys of the pipeline's `llm:` section for this run (model, base_url, ...).
         """
+        recorders = [p for p in self.registry.pm.get_plugins() if isinstance(p, RunRecorder)]
+        if not recorders:
+            return self._run(inputs, query, budget, output_format, progress, store, session, llm)
+        started = time.perf_counter()
+        try:
+            result = self._run(inputs, query, budget, output_format, progress, store, session, llm)
+        except BaseException as exc:
+            for recorder in recorders:
+                recorder.finish(started, None, error=f"{type(exc).__name__}: {exc}")
+            raise
+        for recorder in recorders:
+            recorder.finish(started, result)
+        return result
+
+    def _run(self, inputs: str | Source | Iterable[Source | str] | Context, query: str | None,
+             budget: int | Budget | None, output_format: str | None, progress: Progress | None,
+             store: Any, session: str | None, llm: Mapping[str, Any] | None) -> Context:
         context = self._initial(inputs, query, budget)
         render_steps = [name for s, name, _ in self._instances if s.stage == "render"]
         declared = render_steps[-1].split(".", 1)[1] if render_steps else self.spec.output["format"]

@@ -111,6 +111,10 @@ class ChunkStore:
         """The latest recorded runs (of one pipeline), oldest first."""
         raise NotImplementedError
 
+    def run_pipelines(self) -> list[str]:
+        """Names of the pipelines with recorded runs."""
+        raise NotImplementedError
+
     def close(self) -> None:
         """Release the store's resources (a no-op for memory)."""
 
@@ -147,6 +151,9 @@ class MemoryStore(ChunkStore):
     def runs(self, pipeline: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         chosen = [r for r in self._runs if pipeline is None or r.get("pipeline") == pipeline]
         return chosen[-limit:]
+
+    def run_pipelines(self) -> list[str]:
+        return sorted({str(r.get("pipeline")) for r in self._runs})
 
     def _session(self, session: str) -> dict[str, Any]:
         return self._sessions.setdefault(session, {"meta": {}, "sources": [], "urls": {}, "sigs": {},
@@ -390,6 +397,9 @@ class SQLiteStore(ChunkStore):
             rows = self._query("SELECT data FROM runs WHERE pipeline = ? ORDER BY id DESC LIMIT ?",
                                (pipeline, limit))
         return [json.loads(r[0]) for r in reversed(rows)]
+
+    def run_pipelines(self) -> list[str]:
+        return [r[0] for r in self._query("SELECT DISTINCT pipeline FROM runs ORDER BY pipeline")]
 
     def knowledge(self, session: str, key: str, default: Any = None) -> Any:
         rows = self._query("SELECT value FROM knowledge WHERE session = ? AND key = ?", (session, key))

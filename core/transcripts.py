@@ -81,7 +81,8 @@ def read_results(results: Any, name: str | None = None) -> list[Source]:
         if not isinstance(item, Mapping):
             raise InputError(f"retrieval result {position}: expected a dict, not {type(item).__name__}")
         file = next((str(item[k]) for k in _FILE_KEYS if item.get(k)), name or "transcript")
-        by_file.setdefault(file, []).append(segment_from(item, position, f"retrieval result {position}"))
+        segments = by_file.setdefault(file, [])  # without an index, a segment's place in its file
+        segments.append(segment_from(item, len(segments), f"retrieval result {position}"))
     if not by_file:
         raise InputError("the retrieval results are empty")
     return [transcript_source(segments, file) for file, segments in by_file.items()]
@@ -129,8 +130,8 @@ def compress_multiple_files_results(question: str, retrieval_results_list: Any, 
                                     pipeline: str | Pipeline = "transcripts") -> str:
     """The organised (and, when over `max_length`, query-compressed) content of several files."""
     try:
-        sources = [s for item in _as_list(retrieval_results_list) for s in read_results(item)]
-    except InputError as exc:
+        sources = _merged([s for item in _as_list(retrieval_results_list) for s in read_results(item)])
+    except (InputError, TypeError) as exc:
         log.warning("transcript results unreadable: %s", exc)
         return f"(unreadable retrieval results: {exc})"
     try:
@@ -155,6 +156,15 @@ def compress_retrieval_results(question: str, retrieval_results: Any, max_length
     if isinstance(retrieval_results, Mapping | Source):
         return compress_single_file_results(question, retrieval_results, max_length, **options)
     return compress_multiple_files_results(question, retrieval_results, max_length, **options)
+
+
+def _merged(sources: list[Source]) -> list[Source]:
+    """One source per file name: results for the same file given in several dicts are merged."""
+    by_name: dict[str, list[Source]] = {}
+    for source in sources:
+        by_name.setdefault(source.uri or source.id, []).append(source)
+    return [group[0] if len(group) == 1 else transcript_source(
+        [seg for s in group for seg in s.segments], name) for name, group in by_name.items()]
 
 
 def _as_list(results: Any) -> list[Any]:

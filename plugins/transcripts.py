@@ -101,10 +101,11 @@ LABELS = {
 
 
 def blocks(lines: Sequence[_Line]) -> list[list[_Line]]:
-    """Runs of consecutive segment indices (the input is sorted by index)."""
+    """Runs of consecutive segment indices (the input is sorted by index; a repeated index with other
+    text stays in its run)."""
     runs: list[list[_Line]] = []
     for line in lines:
-        if runs and line.segment.index == runs[-1][-1].segment.index + 1:
+        if runs and line.segment.index - runs[-1][-1].segment.index in (0, 1):
             runs[-1].append(line)
         else:
             runs.append([line])
@@ -192,11 +193,15 @@ class HierarchicalOrganizer(Component):
             run.note("mode", "organised")
             return context.evolve(segments=self._segments(files, organised, lines, lines))
         kept = self._select(files, lines, context.query, fits, measure, limit, lang, head, run)
-        parts = [head] + [kept_layout(s.uri or s.id, kept[s.id], len(lines[s.id]), lang) for s in files
-                          if kept[s.id]]
-        left = [s.uri or s.id for s in files if not kept[s.id]]
-        if left:
-            parts.append(LABELS[lang]["left"].format(files=", ".join(left)))
+        parts = compressed_parts(files, lines, kept, head, lang)
+        while not fits("\n\n".join(parts)) and any(kept.values()):  # the left-out line pushed it over
+            weakest = min((line for s in files for line in kept[s.id]), key=lambda line: line.score)
+            for s in files:
+                kept[s.id] = [line for line in kept[s.id] if line is not weakest]
+            parts = compressed_parts(files, lines, kept, head, lang)
+        if not fits("\n\n".join(parts)):  # a limit smaller than the overview: the overview, cut
+            parts = [cut_to(head, fits)]
+            kept = {s.id: [] for s in files}
         mode = "rules"
         if bool(options.get("llm", self.llm)):
             limit_text = f"{max_length} {'characters' if unit == 'chars' else 'tokens'}"
@@ -234,17 +239,15 @@ class HierarchicalOrganizer(Component):
         order.sort(key=lambda item: (item[0] > 0, item[1]))  # each file's best first, then by score
 
         def render(picked: dict[str, set[int]]) -> str:
-            return "\n\n".join([head] + [
-                kept_layout(s.uri or s.id, [lines[s.id][n] for n in sorted(picked[s.id])],
-                            len(lines[s.id]), lang)
-                for s in files if picked[s.id]])
+            chosen_lines = {s.id: [lines[s.id][n] for n in sorted(picked[s.id])] for s in files}
+            return "\n\n".join(compressed_parts(files, lines, chosen_lines, head, lang))
 
         # a long segment competes with its most relevant sentences (each kept verbatim)
         cap = max(limit // 2, 24)
         for line in everything:
             if measure(line.text) > cap:
                 frame = measure(line.text) - measure(line.segment.text)  # timestamps and speaker
-                line.excerpt = excerpt(line.segment.text, query_terms, cap - frame, measure)
+                line.excerpt = excerpt(line.segment.text, query_terms, max(8, cap - frame), measure)
         # estimate with per-line costs, then verify the rendered text once and trim the weakest
         costs = {s.id: [measure(line.text) + 1 for line in lines[s.id]] for s in files}
         headers = {s.id: measure(kept_layout(s.uri or s.id, [], len(lines[s.id]), lang)) + 4 for s in files}
@@ -306,6 +309,24 @@ def match_terms(query: str) -> list[str]:
     return [t for t in found if not (len(t) == 1 and "\u4e00" <= t <= "\u9fff")]
 
 
+def compressed_parts(files: Sequence[Source], lines: dict[str, list[_Line]], kept: dict[str, list[_Line]],
+                     head: str, lang: str) -> list[str]:
+    """The compressed output's parts: overview, each file's kept lines, the files left out."""
+    parts = [head] + [kept_layout(s.uri or s.id, kept[s.id], len(lines[s.id]), lang) for s in files
+                      if kept[s.id]]
+    left = [s.uri or s.id for s in files if not kept[s.id]]
+    if left:
+        parts.append(LABELS[lang]["left"].format(files=", ".join(left)))
+    return parts
+
+
+def cut_to(text: str, fits: Callable[[str], bool]) -> str:
+    """The start of `text` that fits, ending in an ellipsis."""
+    while len(text) > 1 and not fits(text + "…"):
+        text = text[: int(len(text) * 0.9)]
+    return text + "…" if fits(text + "…") else ""
+
+
 def excerpt(text: str, query_terms: Sequence[str], room: int, measure: Callable[[str], int]) -> str:
     """The sentences of a long segment that best match the question (information breaking ties),
     in their order, joined by an ellipsis, within `room`."""
@@ -321,8 +342,8 @@ def excerpt(text: str, query_terms: Sequence[str], room: int, measure: Callable[
             chosen.append(n)
     if not chosen:  # even the best sentence is too long: its start
         best = sentences[ranked[0]] if ranked else text
-        while best and measure(best + " …") > room:
-            best = best[: max(1, int(len(best) * 0.8))]
+        while len(best) > 1 and measure(best + " …") > room:
+            best = best[: int(len(best) * 0.8)]
         return best + " …"
     return " … ".join(sentences[m] for m in sorted(chosen))
 
@@ -334,10 +355,11 @@ def _lines(source: Source, context: Context, run: Run) -> list[_Line]:
     lines = [_Line(n, seg, ids.get(n, chunk_id(source.id, n))) for n, seg in enumerate(source.segments)]
     lines.sort(key=lambda line: (line.segment.index, line.segment.start, line.position))
     unique: list[_Line] = []
-    for line in lines:
-        if unique and unique[-1].segment.index == line.segment.index:
-            run.warn(f"{source.uri or source.id}: segment index {line.segment.index} appears twice; "
-                     "the first is kept")
+    for line in lines:  # the same segment retrieved twice is shown once
+        previous = unique[-1].segment if unique else None
+        if previous is not None and (previous.index, previous.text) == (line.segment.index,
+                                                                         line.segment.text):
+            run.warn(f"{source.uri or source.id}: segment {line.segment.index} retrieved twice; shown once")
             continue
         unique.append(line)
     return unique

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from compactor.batch import done_ids, run_batch
+from compactor.errors import InputError
 from compactor.pipeline import read_pipeline_text
 
 from .helpers import EVAL, REPO
@@ -140,5 +141,63 @@ def test_dask_local_cluster_survives_a_worker_killed_mid_run(tmp_path: Path) -> 
             time.sleep(0.05)
         os.kill(next(iter(pids.values())), signal.SIGKILL)  # a worker dies mid-run
         assert run.wait(timeout=300) == 0, run.stderr
+    ids = [r["id"] for r in _results(out)]
+    assert ids == [f"d{n}-{i}" for n in range(10) for i in range(40)]
+
+
+def test_bad_lines_typed_ids_and_duplicates_become_records(tmp_path: Path) -> None:
+    corpus = tmp_path / "mixed.jsonl"
+    corpus.write_text("\n".join([
+        json.dumps({"id": 1, "text": "The first document is short."}),
+        json.dumps({"id": "1", "text": "The second document has a string id."}),
+        "{not json",
+        "[1, 2]",
+        json.dumps({"id": 1, "text": "A repeated id."}),
+        json.dumps({"id": "s\ud800", "text": "A lone surrogate in the id."}),
+        json.dumps({"id": "b", "text": "Budget as text.", "budget": "50"}),
+    ]) + "\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    stats = run_batch(*GENERIC, corpus, out, executor="serial")
+    results = _results(out)
+    assert [r["id"] for r in results] == [1, "1", "line-3", "line-4", 1, "s\ud800", "b"]
+    assert [r["ok"] for r in results] == [True, True, False, False, False, True, False]
+    assert "invalid JSON line" in results[2]["error"] and "expected a JSON object" in results[3]["error"]
+    assert "duplicate id (first on line 1)" in results[4]["error"]
+    assert "`budget` must be a positive integer" in results[6]["error"] and stats.failed == 4
+    again = run_batch(*GENERIC, corpus, out, executor="serial")
+    assert again.skipped == 7 and again.done == 0 and len(_results(out)) == 7
+
+
+def test_a_wrong_out_file_is_never_truncated_and_one_run_per_file(tmp_path: Path) -> None:
+    corpus = _corpus(tmp_path)
+    before = corpus.read_bytes()
+    with pytest.raises(InputError, match="not a compactor result line"):
+        run_batch(*GENERIC, corpus, corpus, executor="serial")
+    assert corpus.read_bytes() == before
+    out = tmp_path / "out.jsonl"
+    first = _cli(tmp_path, "qa", str(_corpus(tmp_path, copies=10, name="big.jsonl")), "--out", str(out),
+                 "--query", "who?", "--workers", "1", "--quiet")
+    deadline = time.time() + 60
+    while time.time() < deadline and (not out.exists() or out.stat().st_size == 0):
+        time.sleep(0.02)
+    with pytest.raises(InputError, match="another compactor-run is writing to this file"):
+        run_batch(*GENERIC, corpus, out, executor="serial")
+    assert first.wait(timeout=300) == 0, first.stderr
+
+
+def test_a_dead_pool_worker_is_replaced_and_its_documents_run_again(tmp_path: Path) -> None:
+    corpus = _corpus(tmp_path, copies=10)
+    out = tmp_path / "out.jsonl"
+    run = _cli(tmp_path, "qa", str(corpus), "--out", str(out), "--query", "who?", "--workers", "2", "--quiet")
+    deadline = time.time() + 60
+    children: list[int] = []
+    while time.time() < deadline and not (out.exists() and out.stat().st_size > 5000 and children):
+        time.sleep(0.05)
+        tasks = Path(f"/proc/{run.process.pid}/task/{run.process.pid}/children")
+        children = [int(p) for p in tasks.read_text().split()] if tasks.exists() else []
+    if not children:
+        pytest.skip("cannot see the pool's worker processes (/proc children) here")
+    os.kill(children[-1], signal.SIGKILL)
+    assert run.wait(timeout=300) == 0, run.stderr
     ids = [r["id"] for r in _results(out)]
     assert ids == [f"d{n}-{i}" for n in range(10) for i in range(40)]

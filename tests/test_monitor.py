@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from compactor import Component, Pipeline, hookimpl
+from compactor import Budget, Component, Pipeline, StageError, hookimpl
 from compactor.monitor import anomalies, prometheus_text, rolling_stats, stats_text
 from compactor.store import MemoryStore, SQLiteStore
 
@@ -105,3 +105,20 @@ def test_cli_records_runs_shows_stats_and_writes_prometheus_metrics(tmp_path: Pa
     assert prometheus_text(rolling_stats(SQLiteStore(store))) == text
     missing = run_cli("--stats", "--store", str(tmp_path / "none.sqlite"))
     assert missing.returncode == 2 and "no run store yet" in missing.stderr
+
+
+def test_one_record_per_run_whatever_fails_and_wherever(articles: list[str]) -> None:
+    store = MemoryStore()
+    topics = Pipeline.from_yaml("topics")  # has its own render step; a format override renders again
+    topics.record_runs(store)
+    topics.run(articles[:2], query="who?", output_format="text")
+    assert len(store.runs("topics")) == 1
+    generic = Pipeline.from_yaml("generic")
+    generic.record_runs(store)
+    with pytest.raises(Exception, match="the input is empty"):
+        generic.run("   ")  # fails before any step
+    with pytest.raises(StageError, match="over the budget"):
+        generic.run(articles[0], budget=Budget(max_tokens=-5))  # fails after rendering
+    first, second = store.runs("generic")
+    assert not first["success"] and "the input is empty" in first["error"] and first["tokens_in"] is None
+    assert not second["success"] and second["failed_step"] is None

@@ -61,6 +61,7 @@ def test_layout_groups_blocks_by_index_continuity_in_english_and_chinese() -> No
         "Retrieved segments per file: example_video.mp4: 5 segments.\n\n"
         "[File start: example_video.mp4]\n"
         "  [Block 1 - indices 0-1]\n  [0.00-3.50] Sentence zero.\n  [3.50-8.20] Sentence one.\n"
+        "  [3.50-8.20] Sentence one again (a duplicate).\n"
         "  [Block end: 1]\n"
         "  [Block 2 - indices 5-6]\n  [25.00-28.50] Sentence five.\n  [28.50-32.10] Sentence six.\n"
         "  [Block end: 2]\n[File end: example_video.mp4]\n\n"
@@ -168,3 +169,23 @@ def test_a_long_segment_keeps_its_relevant_sentences_with_its_timestamps() -> No
     assert "The GPU rental price fell to $2.50 per hour in March." in line
     parts = [part.strip() for part in line.removeprefix("[10.00-190.00] ").split("…")]
     assert all(part in long_text for part in parts if part)  # verbatim sentences
+
+
+def test_edge_cases_found_in_review_never_hang_or_overflow() -> None:
+    long_text = "A long sentence here about nothing in particular. " * 40
+    huge = {"filename": "a" * 30 + ".mp4",
+            "segments": [{"index": 0, "start": 1e9, "end": 1e9 + 1, "speaker": "S" * 40, "text": long_text}]}
+    for limit in (40, 90, 200):
+        assert len(compactor.compress_single_file_results("AI", huge, max_length=limit)) <= limit
+    two = [{"filename": "a.mp4", "segments": [{"index": 0, "start": 0, "end": 1, "text": "x " * 60}]},
+           {"filename": "b.mp4", "segments": [{"index": 0, "start": 0, "end": 1, "text": "y " * 60}]}]
+    assert len(compactor.compress_multiple_files_results("x", two, max_length=156)) <= 156
+    assert compactor.compress_multiple_files_results("q", None).startswith("(unreadable retrieval results")
+    flat = [{"file": "a.mp4", "start": 0, "end": 1, "text": "one"}, {"file": "b.mp4", "start": 0, "end": 1,
+                                                                       "text": "two"},
+            {"file": "a.mp4", "start": 1, "end": 2, "text": "three"}]
+    text = compactor.compress_multiple_files_results("q", flat)
+    assert "[Block 1 - indices 0-1]" in text and "not continuous" not in text
+    merged = compactor.compress_multiple_files_results("q", [{"filename": "a.mp4", "segments": flat[:1]},
+                                                              {"filename": "a.mp4", "segments": flat[2:]}])
+    assert merged.count("[File start: a.mp4]") == 1
