@@ -509,7 +509,7 @@ def file_items(history: History, dropped: Sequence[int], snippet_lines: int = 12
     for spelling, path in canonical.items():
         earliest[path] = min(earliest.get(path, n), first_seen.get(spelling, n))
     items = []
-    for path in set(canonical.values()):
+    for path in sorted(set(canonical.values())):
         edited = sorted(set(merged_writes.get(path, ())))
         count = merged_mentions.get(path, 0)
         read = merged_reads.get(path, 0)
@@ -542,7 +542,7 @@ def _merge_paths(paths: set[str]) -> dict[str, str]:
     """Map every spelling of a file to one: `fields.py`, `/testbed/src/m/fields.py` -> `src/m/fields.py`
     (the shortest spelling with a folder that every other spelling ends with)."""
     by_name: dict[str, list[str]] = defaultdict(list)
-    for path in paths:
+    for path in sorted(paths):
         by_name[path.rsplit("/", 1)[-1]].append(path)
     canonical: dict[str, str] = {}
     for group in by_name.values():
@@ -759,7 +759,7 @@ def identifier_scores(history: History, dropped: Sequence[int]) -> list[tuple[st
             found = set(_identifiers(text, prose=label in ("user", "assistant")))
             if structured and label in ("user", "assistant"):
                 found.update(w for w in _WORDS.findall(text) if w.lower() in structured)
-        for token in found:
+        for token in sorted(found):  # sorted: the same output in every process
             key = token.lower()
             display.setdefault(key, token)
             first = i not in where[key]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from compactor.messages import conversation_source, read_messages, units
 from compactor.pipeline import Pipeline
 
 from . import openai_server as fake
-from .helpers import EVAL, run_cli
+from .helpers import EVAL, REPO, run_cli
 from .openai_server import FakeOpenAI, Reply
 
 openai_server = fake.openai_server
@@ -601,3 +602,18 @@ def test_research_session_answers_malformed_calls_with_errors() -> None:
     assert ok["content"].startswith("Current research topic: B.")
     null = {"id": "x", "function": {"name": "expand_context", "arguments": "null"}}
     assert compactor.handle_expand_call(null, session=session)["content"].startswith("error: arguments")
+
+
+def test_the_summary_is_the_same_in_every_process() -> None:
+    import subprocess
+    import sys
+
+    script = ("import json, compactor\nfrom tests.test_conversation import coding_history\n"
+              "h = coding_history()\nprint(compactor.compact_messages(h, 600, keep_last=2).summary)")
+    outputs = set()
+    for seed in ("1", "2", "3"):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO,
+                              env={**os.environ, "PYTHONHASHSEED": seed}, timeout=120)
+        assert done.returncode == 0, done.stderr
+        outputs.add(done.stdout)
+    assert len(outputs) == 1
