@@ -71,13 +71,17 @@ def document_sources(record: Mapping[str, Any], where: str) -> list[Any]:
 
 
 @functools.lru_cache(maxsize=4)
-def _pipeline(text: str, label: str) -> Any:
+def _pipeline(text: str, label: str, runs: str | None = None) -> Any:
+    """The pipeline, built once per process; with `runs` (a SQLite path) every run is recorded."""
     from compactor.pipeline import Pipeline
 
-    return Pipeline.from_string(text, file=label)
+    pipeline = Pipeline.from_string(text, file=label)
+    if runs:
+        pipeline.record_runs(runs)
+    return pipeline
 
 
-def run_document(pipeline: tuple[str, str], record: Mapping[str, Any], line: int,
+def run_document(pipeline: tuple[str, ...], record: Mapping[str, Any], line: int,
                  output_format: str | None = None,
                  defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Compress one record (in whichever process runs it); never raises for a bad document. The
@@ -211,9 +215,10 @@ def _executor(kind: Executor, workers: int, scheduler: str | None) -> Any:
 def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, executor: Executor = "local",
               workers: int | None = None, scheduler: str | None = None, window: int | None = None,
               output_format: str | None = None, query: str | None = None, budget: int | None = None,
-              progress: TextIO | None = None) -> BatchStats:
+              runs: str | None = None, progress: TextIO | None = None) -> BatchStats:
     """Run the pipeline over every record of `corpus` not yet in `out`, appending results in input
-    order. At most `window` documents (default 4 per worker) are in flight or waiting to be
+    order (`runs`: a SQLite store where every document's run is recorded, `compactor.monitor`).
+    At most `window` documents (default 4 per worker) are in flight or waiting to be
     written, whatever the corpus size. A process-pool worker that dies is replaced and its
     documents run again (up to 3 times); Dask does the same for its workers."""
     from compactor.pipeline import Pipeline
@@ -291,7 +296,7 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
                     record = {"id": record["id"], "_error": f"line {number}: duplicate id (first on line "
                                                           f"{seen[key]}); ids must be unique to resume"}
                 seen.setdefault(key, number)
-                args = ((pipeline_text, label), record, number, output_format, defaults)
+                args = ((pipeline_text, label, runs), record, number, output_format, defaults)
                 pending[pool.submit(run_document, *args)] = (order, args)
                 order += 1
                 while len(pending) + len(ready) >= window:  # finished results wait for slow ones

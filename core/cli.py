@@ -200,7 +200,8 @@ def _batch_main(args: argparse.Namespace) -> int:
     show = None if args.quiet else sys.stderr
     stats = run_batch(text, label, Path(args.inputs[0] if args.inputs else "-"), Path(args.out),
                       executor=args.executor, workers=args.workers, scheduler=args.scheduler,
-                      output_format=args.format, query=args.query, budget=args.budget, progress=show)
+                      output_format=args.format, query=args.query, budget=args.budget,
+                      runs=str(Path(args.store).resolve()) if args.store else None, progress=show)
     if stats.errors and not args.quiet:
         for error in stats.errors[:5]:
             print(f"compactor-run: failed: {error}", file=sys.stderr)

@@ -256,9 +256,17 @@ class SQLiteStore(ChunkStore):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None,
                                        check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+            deadline = time.monotonic() + timeout
+            while True:  # several processes opening a new file at once: WAL setup waits its turn
+                try:
+                    self._db.execute("PRAGMA journal_mode=WAL")
+                    self._db.execute("PRAGMA synchronous=NORMAL")
+                    self._db.executescript(_SCHEMA)
+                    break
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
         except (sqlite3.DatabaseError, OSError) as exc:
             raise InputError(f"{self.path}: cannot open the chunk store: {exc}") from exc
         self._lock = threading.Lock()

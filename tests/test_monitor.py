@@ -122,3 +122,17 @@ def test_one_record_per_run_whatever_fails_and_wherever(articles: list[str]) -> 
     first, second = store.runs("generic")
     assert not first["success"] and "the input is empty" in first["error"] and first["tokens_in"] is None
     assert not second["success"] and second["failed_step"] is None
+
+
+def test_batch_runs_are_recorded_from_every_worker(tmp_path: Path, articles: list[str]) -> None:
+    import json
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": n, "text": t}) + "\n" for n, t in enumerate(articles)),
+                      encoding="utf-8")
+    store = tmp_path / "runs.sqlite"
+    done = run_cli("qa", str(corpus), "--out", str(tmp_path / "out.jsonl"), "--query", "who?",
+                   "--budget", "90", "--workers", "2", "--store", str(store), "--quiet")
+    assert done.returncode == 0, (tmp_path / "out.jsonl").read_text(encoding="utf-8")
+    runs = SQLiteStore(store).runs("qa")
+    assert len(runs) == len(articles) and all(r["success"] and r["tokens_out"] <= 90 for r in runs)
