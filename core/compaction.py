@@ -99,9 +99,6 @@ def plan_compaction(messages: Sequence[Message], costs: Sequence[int], budget: i
         tail.append(unit)
         tail_cost += cost
     tail.reverse()
-    if tail and tail[0].start <= (head[-1].end - 1 if head else -1):
-        tail = []
-        tail_cost = 0
     head_end = head[-1].end if head else 0
     tail_start = tail[0].start if tail else len(messages)
     kept_head = tuple(i for u in head for i in range(u.start, u.end))

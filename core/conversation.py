@@ -28,7 +28,6 @@ from compactor.messages import (
     conversation_source,
     message_chunks,
     messages_tokens,
-    parse_message,
     read_messages,
 )
 from compactor.pipeline import Pipeline
@@ -146,7 +145,7 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
         target.commit_batch(session_id, Batch(sources=(source,), chunks=dropped_chunks,
                                               report={"kind": "conversation", "tokens": plan.get("tokens")}))
     report = {**plan, "source_id": source.id, "dropped_ids": [c.id for c in dropped_chunks],
-              "output_tokens": messages_tokens([parse_message(m, "output") for m in out], counter),
+              "output_tokens": plan["tokens"],
               "steps": [{"step": r.step, "tokens_in": r.tokens_in, "tokens_out": r.tokens_out,
                          "seconds": round(r.seconds, 6), "details": dict(r.details),
                          "warnings": list(r.warnings)} for r in result.reports]}

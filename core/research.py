@@ -30,9 +30,8 @@ from compactor.conversation import (
     handle_expand_call,
     tool_call_parts,
 )
-from compactor.document import Chunk, chunk_id
 from compactor.errors import InputError
-from compactor.messages import as_mapping, conversation_source, message_tokens, parse_message, units
+from compactor.messages import as_mapping, conversation_source, message_chunks, parse_message, units
 from compactor.store import Batch, ChunkStore, open_store
 from compactor.tokens import get_counter
 
@@ -221,11 +220,7 @@ class ResearchSession:
         ids: list[str] = []
         if dropped:
             source = conversation_source([parsed[i] for i in dropped], f"{self.session}:topic")
-            counter = get_counter()
-            chunks = [Chunk(id=chunk_id(source.id, n), source_id=source.id, index=n, start=s, end=e,
-                            text=source.text[s:e], tokens=message_tokens(source.messages[n], counter),
-                            units=(n, n + 1))
-                      for n, (s, e) in enumerate(source.metadata["spans"])]
+            chunks = message_chunks(source, get_counter())
             self.store.commit_batch(self.session, Batch(sources=(source,), chunks=chunks,
                                                         report={"kind": "topic switch"}))
             ids = [c.id for c in chunks]

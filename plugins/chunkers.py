@@ -7,12 +7,13 @@ from collections.abc import Callable
 import regex
 
 from compactor.components import Component
-from compactor.document import Chunk, Context, chunk_id
+from compactor.document import Chunk, Context, Source, chunk_id
 from compactor.hookspecs import hookimpl
 from compactor.messages import message_chunks
 from compactor.plugins.chunking import pack_units, token_windows
 from compactor.run import Run
 from compactor.sentences import detect_lang, split_sentences
+from compactor.tokens import TokenCounter
 
 _PARAGRAPH_BREAK = regex.compile(r"\n[ \t]*\n\s*")
 
@@ -27,18 +28,28 @@ def _size_problems(params: dict[str, object]) -> list[str]:
     return problems
 
 
-def _chunked(context: Context, cut: Callable[[str], list[tuple[int, int, int, tuple[int, int] | None]]]
-             ) -> Context:
+Cut = list[tuple[int, int, int, tuple[int, int] | None]]  # start, end, tokens, units
+
+
+def source_chunks(source: Source, cut: Cut) -> list[Chunk]:
+    """The chunks of one source from cuts of its text."""
+    text = source.text
+    return [Chunk(id=chunk_id(source.id, index), source_id=source.id, index=index, start=start, end=end,
+                  text=text[start:end], tokens=tokens, lang=detect_lang(text[start:end]), units=units)
+            for index, (start, end, tokens, units) in enumerate(cut)]
+
+
+def paragraph_cut(text: str, counter: TokenCounter, size: int, overlap: int = 0) -> Cut:
+    """Whole paragraphs packed up to `size` tokens (long ones cut by token windows)."""
+    return [(s, e, t, (a, b))
+            for s, e, t, a, b in pack_units(text, paragraph_spans(text), counter, size, overlap)]
+
+
+def _chunked(context: Context, cut: Callable[[str], Cut]) -> Context:
     chunks: list[Chunk] = []
     for source in context.sources:
-        text = source.text
-        if not text.strip():
-            continue
-        for index, (start, end, tokens, units) in enumerate(cut(text)):
-            piece = text[start:end]
-            chunks.append(Chunk(id=chunk_id(source.id, index), source_id=source.id, index=index,
-                                start=start, end=end, text=piece, tokens=tokens,
-                                lang=detect_lang(piece), units=units))
+        if source.text.strip():
+            chunks.extend(source_chunks(source, cut(source.text)))
     return context.evolve(chunks=tuple(chunks), segments=())
 
 
@@ -117,11 +128,7 @@ class ParagraphChunker(Component):
 
     @hookimpl
     def compactor_chunk(self, context: Context, run: Run) -> Context:
-        def cut(text: str) -> list[tuple[int, int, int, tuple[int, int] | None]]:
-            return [(s, e, t, (a, b)) for s, e, t, a, b in
-                    pack_units(text, paragraph_spans(text), run.counter, self.size, self.overlap)]
-
-        return _chunked(context, cut)
+        return _chunked(context, lambda text: paragraph_cut(text, run.counter, self.size, self.overlap))
 
 
 class MessageChunker(Component):
@@ -157,13 +164,5 @@ class MessageChunker(Component):
                 continue
             sources.append(source)
             if source.text.strip():
-                cut = [(s, e, t, (a, b)) for s, e, t, a, b in
-                       pack_units(source.text, paragraph_spans(source.text), run.counter, self.size, 0)]
-            else:
-                continue
-            for index, (start, end, tokens, units) in enumerate(cut):
-                piece = source.text[start:end]
-                chunks.append(Chunk(id=chunk_id(source.id, index), source_id=source.id, index=index,
-                                    start=start, end=end, text=piece, tokens=tokens,
-                                    lang=detect_lang(piece[:2000]), units=units))
+                chunks.extend(source_chunks(source, paragraph_cut(source.text, run.counter, self.size)))
         return context.evolve(sources=tuple(sources), chunks=tuple(chunks), segments=())

@@ -20,13 +20,12 @@ from compactor.document import Chunk, Context, Segment, Source, TranscriptSegmen
 from compactor.hookspecs import hookimpl
 from compactor.plugins import facts as fx
 from compactor.plugins import textstats as ts
-from compactor.plugins.chunkers import paragraph_spans
-from compactor.plugins.chunking import pack_units
+from compactor.plugins.chunkers import paragraph_cut, source_chunks
 from compactor.plugins.llm_fallback import fill, template_for
 from compactor.plugins.llm_guard import Request, complete_guarded
 from compactor.plugins.scorers import bm25_scores
 from compactor.run import Run
-from compactor.sentences import detect_lang, split_sentences
+from compactor.sentences import split_sentences
 from compactor.transcripts import is_chinese, overview
 
 Unit = Literal["chars", "tokens"]
@@ -52,19 +51,11 @@ class SegmentChunker(Component):
         for source in context.sources:
             spans = source.metadata.get("spans") if source.kind == "transcript" else None
             if spans and len(spans) == len(source.segments) and source.text == source.original:
-                cut = [(s, e, None, (i, i + 1)) for i, (s, e) in enumerate(spans)]
-                counts = run.counter.count_many([source.text[s:e] for s, e, _, _ in cut])
-                cut = [(s, e, t, u) for (s, e, _, u), t in zip(cut, counts, strict=True)]
+                counts = run.counter.count_many([source.text[s:e] for s, e in spans])
+                chunks.extend(source_chunks(source, [(s, e, t, (i, i + 1)) for i, ((s, e), t)
+                                                     in enumerate(zip(spans, counts, strict=True))]))
             elif source.text.strip():
-                cut = [(s, e, t, (a, b)) for s, e, t, a, b in
-                       pack_units(source.text, paragraph_spans(source.text), run.counter, self.size, 0)]
-            else:
-                continue
-            for index, (start, end, tokens, units) in enumerate(cut):
-                piece = source.text[start:end]
-                chunks.append(Chunk(id=chunk_id(source.id, index), source_id=source.id, index=index,
-                                    start=start, end=end, text=piece, tokens=int(tokens or 0),
-                                    lang=detect_lang(piece[:500]), units=units))
+                chunks.extend(source_chunks(source, paragraph_cut(source.text, run.counter, self.size)))
         return context.evolve(chunks=tuple(chunks), segments=())
 
 
