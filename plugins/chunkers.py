@@ -10,7 +10,7 @@ from compactor.components import Component
 from compactor.document import Chunk, Context, Source, chunk_id
 from compactor.hookspecs import hookimpl
 from compactor.messages import message_chunks
-from compactor.plugins.chunking import pack_units, token_windows
+from compactor.plugins.chunking import pack_units, token_windows, unit_chunks
 from compactor.run import Run
 from compactor.sentences import detect_lang, split_sentences
 from compactor.tokens import TokenCounter
@@ -79,16 +79,19 @@ class TokenChunker(Component):
 class SentenceChunker(Component):
     """Whole sentences packed up to `size` tokens (Punkt for English, rules for Chinese).
 
-    `overlap` repeats trailing sentences of the previous chunk, up to that many tokens.
+    `overlap` repeats trailing sentences of the previous chunk, up to that many tokens. With
+    `pack: false` every sentence is a chunk of its own (query-aware selection ranks sentences, and
+    a packed chunk would carry its neighbours' score); sentences over `size` are still cut.
     """
 
     name = "chunk.sentences"
     stage = "chunk"
     provides = ("chunks",)
 
-    def __init__(self, *, size: int = 256, overlap: int = 0) -> None:
+    def __init__(self, *, size: int = 256, overlap: int = 0, pack: bool = True) -> None:
         self.size = size
         self.overlap = overlap
+        self.pack = pack
 
     check_params = staticmethod(_size_problems)
 
@@ -96,8 +99,9 @@ class SentenceChunker(Component):
     def compactor_chunk(self, context: Context, run: Run) -> Context:
         def cut(text: str) -> list[tuple[int, int, int, tuple[int, int] | None]]:
             spans = split_sentences(text)
-            return [(s, e, t, (a, b)) for s, e, t, a, b in
-                    pack_units(text, spans, run.counter, self.size, self.overlap)]
+            cut = (pack_units(text, spans, run.counter, self.size, self.overlap) if self.pack
+                   else unit_chunks(text, spans, run.counter, self.size))
+            return [(s, e, t, (a, b)) for s, e, t, a, b in cut]
 
         return _chunked(context, cut)
 

@@ -310,3 +310,26 @@ def pack_units(
             carried += estimate[back]
         i = back
     return chunks
+
+
+def unit_chunks(
+    text: str,
+    units: Sequence[tuple[int, int]],
+    counter: TokenCounter,
+    size: int,
+) -> list[tuple[int, int, int, int, int]]:
+    """One chunk per unit (sentence), with exact token counts from one encode of the text; a unit
+    larger than `size` is cut into token windows. Same tuples as `pack_units`."""
+    pieces = safe_pieces(text, units)
+    if not pieces:
+        return []
+    spans = SpanCounter(text, counter)
+    chunks: list[tuple[int, int, int, int, int]] = []
+    for i, (start, end) in enumerate(pieces):
+        tokens = spans.count(start, end)
+        if tokens <= size:
+            chunks.append((start, end, tokens, i, i + 1))
+            continue
+        for ws, we, wt in token_windows(text[start:end], counter, size):
+            chunks.append((start + ws, start + we, wt, i, i + 1))
+    return chunks

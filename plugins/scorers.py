@@ -15,6 +15,7 @@ import regex
 from compactor.components import Component, ScoreSet
 from compactor.document import Chunk, Context
 from compactor.hookspecs import hookimpl
+from compactor.plugins import relevance as rel
 from compactor.plugins import textstats as ts
 from compactor.run import Run
 
@@ -107,85 +108,57 @@ def bm25_scores(docs: Sequence[Sequence[str]], query: Sequence[str], k1: float,
 
 
 class RelevanceScorer(Component):
-    """BM25 against the query (Snowball stems and stop words for English, character bigrams for
-    Chinese), blended with the relevance of the chunk's whole source and of its neighbours, and lifted
-    when the chunk holds what the question asks for (a date for "when", a number for "how many",
-    a name for "who"). Without a query it abstains."""
+    """Relevance to the query from the engine in `compactor.plugins.relevance`: BM25 of the chunk
+    and of its passage (title included), neighbours, bridge hops for multi-hop questions (names in
+    the best first-hop chunks become a second query) and answer-type cues (a date for "when", a
+    number for "how many", a name for "who"). English is stemmed, Chinese matched by character
+    bigrams. Without a query it abstains."""
 
     name = "score.relevance"
     stage = "score"
     requires = ("chunks",)
     provides = ("scores",)
 
-    def __init__(self, *, k1: float = 1.2, b: float = 0.75, source_weight: float = 0.25,
-                 neighbor_weight: float = 0.15, answer_type: bool = True) -> None:
-        self.k1 = k1
-        self.b = b
-        self.source_weight = source_weight
-        self.neighbor_weight = neighbor_weight
-        self.answer_type = answer_type
+    def __init__(self, *, k1: float = 1.2, b: float = 0.75, passage_weight: float = 0.3,
+                 neighbor_weight: float = 0.1, lead_weight: float = 0.1, answer_type: float = 0.1,
+                 hops: int = 2, hop_seeds: int = 5, bridge_terms: int = 4) -> None:
+        self.settings = rel.Settings(k1=k1, b=b, passage_weight=passage_weight,
+                                     neighbor_weight=neighbor_weight, lead_weight=lead_weight,
+                                     answer_type=answer_type, hops=hops, hop_seeds=hop_seeds,
+                                     bridge_terms=bridge_terms)
+
+    @staticmethod
+    def check_params(params: dict[str, Any]) -> list[str]:
+        problems = []
+        if params["passage_weight"] + params["neighbor_weight"] > 1 or min(
+                params["passage_weight"], params["neighbor_weight"]) < 0:
+            problems.append("passage_weight and neighbor_weight must be >= 0 and add up to at most 1")
+        if params["hops"] < 0 or params["hop_seeds"] < 0 or params["bridge_terms"] < 0:
+            problems.append("hops, hop_seeds and bridge_terms must be >= 0")
+        return problems
+
+    def __getattr__(self, name: str) -> Any:  # parameters read back by --print-config / repr
+        settings = self.__dict__.get("settings")
+        if settings is not None and hasattr(settings, name):
+            return getattr(settings, name)
+        raise AttributeError(name)
 
     @hookimpl
     def compactor_score(self, context: Context, run: Run) -> ScoreSet | None:
         if not context.query or not context.query.strip():
             run.note("abstained", "no query")
             return None
-        query = ts.terms(context.query)
         chunks = context.chunks
-        docs = _chunk_terms(chunks)
-        raw, idf = bm25_scores(docs, query, self.k1, self.b)
-        top = max(raw, default=0.0) or 1.0
-        base = [r / top for r in raw]
-        # source-level relevance: a passage about the asked entity matters even where a sentence
-        # says "he" instead of the name
-        by_source: dict[str, list[int]] = {}
-        for i, chunk in enumerate(chunks):
-            by_source.setdefault(chunk.source_id, []).append(i)
-        source_ids = list(by_source)
-        titles = {s.id: (s.title or "") for s in context.sources}
-        source_docs = [ts.terms(titles.get(sid, "")) * 2 + [t for i in by_source[sid] for t in docs[i]]
-                       for sid in source_ids]
-        source_raw, _ = bm25_scores(source_docs, query, self.k1, self.b)
-        source_top = max(source_raw, default=0.0) or 1.0
-        source_score = {sid: s / source_top for sid, s in zip(source_ids, source_raw, strict=True)}
-        kind = self._answer_kind(context.query) if self.answer_type else None
-        qset = set(query)
-        values: dict[str, float] = {}
-        features: dict[str, dict[str, Any]] = {}
-        for sid, members in by_source.items():
-            for pos, i in enumerate(members):
-                neighbours = [base[members[j]] for j in (pos - 1, pos + 1) if 0 <= j < len(members)]
-                near = max(neighbours, default=0.0)
-                value = ((1 - self.source_weight - self.neighbor_weight) * base[i]
-                         + self.source_weight * source_score[sid] + self.neighbor_weight * near)
-                has_kind = kind is not None and self._has_kind(kind, chunks[i].text)
-                if has_kind and (base[i] > 0 or source_score[sid] > 0.5):
-                    value = value + 0.15 * (1 - value)
-                matched = sorted(qset.intersection(docs[i]), key=lambda t: -idf.get(t, 0))
-                values[chunks[i].id] = round(min(1.0, value), 4)
-                features[chunks[i].id] = {"bm25": round(raw[i], 3), "source": round(source_score[sid], 3),
-                                          "neighbor": round(near, 3), "matched": matched[:8],
-                                          "answer_type": kind if has_kind else None}
-        run.note("query_terms", len(qset))
+        found = rel.score_chunks(context.query, chunks, context.sources, self.settings)
+        values = {c.id: round(found.values[i], 4) for i, c in enumerate(chunks)}
+        features = {c.id: {"bm25": round(found.sentence[i], 3), "passage": round(found.passage[i], 3),
+                           "hop": round(found.hop[i], 3), "matched": found.matched[i],
+                           "answer_type": found.kind}
+                    for i, c in enumerate(chunks)}
+        run.note("query_terms", len(rel.query_weights(context.query)))
+        if found.bridges:
+            run.note("bridges", found.bridges)
         return ScoreSet(self.name, values, features)
-
-    @staticmethod
-    def _answer_kind(query: str) -> str | None:
-        if _WHEN.search(query):
-            return "date"
-        if _HOW_MANY.search(query):
-            return "number"
-        if _WHO.search(query):
-            return "name"
-        return None
-
-    @staticmethod
-    def _has_kind(kind: str, text: str) -> bool:
-        if kind == "date":
-            return bool(ts.DATE.search(text))
-        if kind == "number":
-            return bool(ts.NUMBER.search(text))
-        return bool(ts.NAME.search(text))
 
 
 class ImportanceScorer(Component):

@@ -6,15 +6,23 @@ import heapq
 from dataclasses import dataclass
 from typing import Literal
 
+import regex
+
 from compactor.components import Component
 from compactor.document import Chunk, Context, Segment, Source, frozen_mapping
 from compactor.hookspecs import hookimpl
 from compactor.plugins.chunking import safe_pieces
+from compactor.plugins.relevance import index_terms
 from compactor.plugins.textstats import terms
 from compactor.run import Run
 from compactor.sentences import split_sentences
 
 GAP_MARK = "\n\n[…]\n\n"
+#: A chunk is cut to fit only when at least this much room is left, and only this many per pass.
+MIN_PARTIAL_TOKENS = 12
+MAX_PARTIAL_TRIES = 3
+_PIECE_EN = regex.compile(r"\S+\s*")
+_PIECE_ZH = regex.compile(r"[^，,；;：:、。！？\s]+[，,；;：:、。！？]*\s*|\s+")
 SECTION_JOIN = "\n\n"
 
 
@@ -117,6 +125,7 @@ class SelectCompressor(Component):
     stage = "compress"
     requires = ("chunks",)
     provides = ("segments",)
+    _gap_tokens = 3  # GAP_MARK between kept spans that are not adjacent
 
     def __init__(self, *, order: Literal["score", "position"] = "score",
                  max_tokens: int | None = None, partial: bool = True, redundancy: float = 0.5,
@@ -152,7 +161,7 @@ class SelectCompressor(Component):
             ranked = mmr_order(chunks, value, self.redundancy, enough=2 * limit)
         else:
             ranked = chunks
-        query_terms = frozenset(terms(context.query)) if context.query else frozenset()
+        query_terms = frozenset(index_terms(context.query)) if context.query else frozenset()
         markdown = run.settings.get("output", {}).get("format") == "markdown"
         headings = {s.id: run.counter.count(source_heading(s)) if markdown else 0
                     for s in context.sources}
@@ -179,14 +188,23 @@ class SelectCompressor(Component):
 
     def _greedy(self, ranked: list[Chunk], kept: list[Kept], used: int, limit: int,
                 headings: dict[str, int], query_terms: frozenset[str], run: Run) -> int:
-        """Add chunks (or their leading sentences) in rank order while the estimate fits."""
+        """Add chunks (or the part of one that fits) in rank order while the estimate fits.
+
+        A chunk that does not fit whole gives its best contiguous sentences, or, for a single long
+        sentence, its best window of words (clauses in Chinese): the top-ranked sentence of a
+        small budget is often longer than the budget. Only the first few chunks that do not fit are
+        cut, so a long ranking costs no more than the chunks that can enter.
+        """
         taken = {(k.chunk.source_id, k.chunk.index) for k in kept}
         seen_sources = {k.chunk.source_id for k in kept}
+        cuts_left = MAX_PARTIAL_TRIES
         for chunk in ranked:
+            if used >= limit - 1:
+                break
             if (chunk.source_id, chunk.index) in taken:
                 continue
             adjacent = {(chunk.source_id, chunk.index - 1), (chunk.source_id, chunk.index + 1)}
-            overhead = 0 if not kept or adjacent & taken else 4
+            overhead = 0 if not kept or adjacent & taken else self._gap_tokens
             if chunk.source_id not in seen_sources:
                 overhead += headings[chunk.source_id]
             room = limit - used - overhead
@@ -196,8 +214,11 @@ class SelectCompressor(Component):
             cost = chunk.tokens
             if chunk.tokens <= room:
                 item = Kept(chunk, chunk.start, chunk.end)
-            elif self.partial:
+            elif self.partial and cuts_left > 0 and room >= MIN_PARTIAL_TOKENS:
+                cuts_left -= 1
                 item, cost = self._best_sentences(chunk, room, query_terms, run)
+                if item is None:
+                    item, cost = best_window(chunk, room, query_terms, run)
             if item is not None:
                 kept.append(item)
                 taken.add((chunk.source_id, chunk.index))
@@ -211,6 +232,8 @@ class SelectCompressor(Component):
         """The chunk's sentences that fit `room`: a contiguous run, the leading one without a query,
         else the window holding the most query terms."""
         spans = safe_pieces(chunk.text, split_sentences(chunk.text))
+        if len(spans) < 2:
+            return None, 0
         counts = run.counter.count_many([chunk.text[s:e] for s, e in spans])
         best: tuple[float, int, int, int] | None = None  # gain, first, last + 1, tokens
         for first in range(len(spans)):
@@ -223,7 +246,7 @@ class SelectCompressor(Component):
             if not query_terms:
                 best = (0.0, first, last, total)
                 break
-            found = frozenset(terms(chunk.text[spans[first][0]:spans[last - 1][1]]))
+            found = frozenset(index_terms(chunk.text[spans[first][0]:spans[last - 1][1]]))
             gain = len(found & query_terms) - 0.01 * first
             if best is None or gain > best[0]:
                 best = (gain, first, last, total)
@@ -241,3 +264,38 @@ class SelectCompressor(Component):
                 markdown and segment.source_id) else ""
             parts.append(head + segment.text)
         return run.counter.count(SECTION_JOIN.join(parts))
+
+
+def best_window(chunk: Chunk, room: int, query_terms: frozenset[str],
+                run: Run) -> tuple[Kept | None, int]:
+    """The run of words (clauses in Chinese) of a chunk that fits `room` tokens and holds the most
+    query terms (the leading run without a query or a match)."""
+    text = chunk.text
+    han = any("\u4e00" <= ch <= "\u9fff" for ch in text[:200])
+    pieces = [(m.start(), m.end()) for m in (_PIECE_ZH if han else _PIECE_EN).finditer(text)]
+    if not pieces:
+        return None, 0
+    counts = run.counter.count_many([text[a:b] for a, b in pieces])
+    gains = [len(query_terms.intersection(index_terms(text[a:b]))) if query_terms else 0
+             for a, b in pieces]
+    best: tuple[int, int, int, int] | None = None  # gain, first, last + 1, tokens
+    last, total, gain = 0, 0, 0
+    for first in range(len(pieces)):
+        if last < first:
+            last, total, gain = first, 0, 0
+        while last < len(pieces) and total + counts[last] <= room:
+            total += counts[last]
+            gain += gains[last]
+            last += 1
+        if last > first and (best is None or gain > best[0]):
+            best = (gain, first, last, total)
+        if last > first:
+            total -= counts[first]
+            gain -= gains[first]
+    if best is None:
+        return None, 0
+    _, first, last, total = best
+    start, end = pieces[first][0], pieces[last - 1][1]
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return Kept(chunk, chunk.start + start, chunk.start + end), total
