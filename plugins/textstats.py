@@ -78,10 +78,11 @@ def _stemmer() -> snowballstemmer.basestemmer.BaseStemmer:
     """The calling thread's own snowball stemmer. A stemmer keeps the word it works on in its own
     fields, so threads sharing one (compress.map_reduce maps chunks in a pool) raise IndexError or
     return wrong stems; never share one across threads."""
-    stemmer = getattr(_STEMMERS, "english", None)
-    if stemmer is None:
-        stemmer = _STEMMERS.english = snowballstemmer.stemmer("english")
-    return stemmer
+    try:
+        return _STEMMERS.english
+    except AttributeError:  # this thread's first word
+        _STEMMERS.english = snowballstemmer.stemmer("english")
+        return _STEMMERS.english
 
 
 @functools.lru_cache(maxsize=200_000)
