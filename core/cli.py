@@ -17,6 +17,7 @@ from typing import TextIO
 
 from compactor.batch import run_batch
 from compactor.compacter import STRATEGIES, ContextCompacter, expand, fact_to_dict
+from compactor.components import score_label
 from compactor.document import Context, frozen_mapping
 from compactor.errors import CompactorError, ConfigError
 from compactor.inputs import read_paths
@@ -265,7 +266,7 @@ def explain(context: Context) -> str:
              f"{context.resolved_budget()}, output {context.output_tokens} tokens"]
     for chunk in context.chunks:
         decision = decisions.get(chunk.id, "kept" if chunk.id in kept else "dropped")
-        scores = " ".join(f"{k.removeprefix('score.')}={v:.3f}" for k, v in sorted(chunk.scores.items()))
+        scores = " ".join(f"{score_label(k)}={v:.3f}" for k, v in sorted(chunk.scores.items()))
         preview = chunk.text[:70].replace("\n", " ").strip()
         lines.append(f"\n{chunk.id}  {decision}  tokens={chunk.tokens}  {scores}")
         lines.append(f"    {preview!r}")

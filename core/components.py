@@ -28,6 +28,9 @@ from typing import Any, ClassVar, Literal, Union
 
 from compactor.hookspecs import STAGE_HOOKS
 
+if typing.TYPE_CHECKING:
+    from compactor.document import Chunk
+
 Stage = Literal["clean", "chunk", "classify", "score", "compress", "validate", "fallback", "render"]
 STAGES: tuple[str, ...] = tuple(STAGE_HOOKS)
 #: Stages where every component of a step contributes (the others take the first result).
@@ -85,6 +88,42 @@ class ScoreSet:
     name: str
     values: Mapping[str, float]
     features: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+#: Scores a pipeline computes itself rather than a scorer (their key is their own name).
+DERIVED_SCORES = frozenset({"combined"})
+SCORE_PREFIX = "score."
+
+
+def score_key(name: str) -> str:
+    """The key a score is stored under in `Chunk.scores`: its scorer's component name.
+
+    One contract for every reader: `importance` and `score.importance` both mean `score.importance`;
+    a dotted name (a plugin's `acme.freshness`) and `combined` are keys already.
+    """
+    if name in DERIVED_SCORES or "." in name:
+        return name
+    return SCORE_PREFIX + name
+
+
+def score_label(key: str) -> str:
+    """How reports show a score key: `score.importance` -> `importance`."""
+    return key.removeprefix(SCORE_PREFIX)
+
+
+def has_score(chunk: Chunk, name: str) -> bool:
+    """Whether a chunk has the score `name` (short or full name, see `score_key`)."""
+    return score_key(name) in chunk.scores
+
+
+def score_value(chunk: Chunk, name: str, default: float = 0.0) -> float:
+    """A chunk's score `name` (short or full name, see `score_key`), or `default` when no scorer set it.
+
+    Every reader goes through here, so a reader asking for `importance` finds what `score.importance`
+    stored (reading the bare `importance` key silently found nothing).
+    """
+    value = chunk.scores.get(score_key(name))
+    return default if value is None else float(value)
 
 
 def parameters_of(cls: type) -> tuple[Param, ...]:

@@ -15,6 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from compactor.components import score_label
 from compactor.document import Chunk, Context, Source
 
 #: Chunks per page of a source; sources opened when the report loads.
@@ -54,7 +55,7 @@ def _kept_ids(context: Context) -> set[str]:
 
 
 def _chunk_title(chunk: Chunk, kept: bool) -> str:
-    scores = ", ".join(f"{k.removeprefix('score.')}={v:.3f}" for k, v in sorted(chunk.scores.items()))
+    scores = ", ".join(f"{score_label(k)}={v:.3f}" for k, v in sorted(chunk.scores.items()))
     labels = ", ".join(f"{k}={v}" for k, v in sorted(chunk.labels.items())
                        if isinstance(v, str | int | float | bool))
     parts = [f"{chunk.id} ({'kept' if kept else 'dropped'}, {chunk.tokens} tokens)"]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import regex
 
+from compactor.components import score_value
 from compactor.document import Chunk, Fact, content_hash
 from compactor.plugins import textstats as ts
 from compactor.sentences import split_sentences
@@ -90,7 +91,7 @@ def candidates(chunks: Sequence[Chunk], query: str | None, counter: TokenCounter
         if cost > MAX_FACT_TOKENS:
             continue
         info = information(text)
-        prior = float(chunk.scores.get("combined", chunk.scores.get("relevance", 0.5)))
+        prior = score_value(chunk, "combined", score_value(chunk, "relevance", 0.5))
         if query_terms:
             share = relevance(terms, idf)
             if share <= 0:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import regex
 
-from compactor.components import Component
+from compactor.components import Component, score_value
 from compactor.document import Chunk, Context, Segment, frozen_mapping
 from compactor.fidelity import invented_facts
 from compactor.hookspecs import hookimpl
@@ -28,7 +28,7 @@ PLACEHOLDERS = ("query", "budget", "content")
 _PLACEHOLDER = regex.compile(r"\{(query|budget|content)\}")
 _CJK = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]")
 _LATIN = regex.compile(r"[A-Za-z]")
-#: A chunk at least this important (score `importance`) makes the `important` policy call the LLM.
+#: A chunk at least this important (score `score.importance`) makes the `important` policy call the LLM.
 IMPORTANT = 0.8
 
 
@@ -52,7 +52,7 @@ def fill(template: str, **values: str) -> str:
 def is_important(chunk: Chunk) -> bool:
     """Whether classify/score marked a chunk as critical."""
     labels = chunk.labels
-    return (chunk.scores.get("importance", 0.0) >= IMPORTANT or labels.get("critical") is True
+    return (score_value(chunk, "importance") >= IMPORTANT or labels.get("critical") is True
             or "critical" in (labels.get("importance"), labels.get("priority"), labels.get("type")))
 
 
@@ -171,7 +171,7 @@ class LLMFallback(Component):
             return chunks
         kept = {cid for s in context.segments for cid in s.chunk_ids}
         ranked = sorted(range(len(chunks)), key=lambda i: (chunks[i].id not in kept,
-                                                           -chunks[i].scores.get("combined", 0.0), i))
+                                                           -score_value(chunks[i], "combined"), i))
         chosen: set[int] = set()
         used = 0
         for i in ranked:

@@ -156,6 +156,8 @@ class MapReduce(Component):
                                       for s in kept])
 
     def _map(self, chunks: list[Chunk], query: str | None, run: Run) -> list[list[Sentence]]:
+        # `_sentences` runs on pool threads: everything it calls must share no mutable state across
+        # threads (textstats.stem keeps one snowball stemmer per thread; its lru_cache is thread-safe).
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="compactor-map") as pool:
             per_chunk = list(pool.map(_sentences, chunks))
         flat = _score([s for group in per_chunk for s in group], query, run)

@@ -8,7 +8,7 @@ from typing import Literal
 
 import regex
 
-from compactor.components import Component
+from compactor.components import Component, has_score, score_value
 from compactor.document import Chunk, Context, Segment, Source, frozen_mapping
 from compactor.hookspecs import hookimpl
 from compactor.plugins.chunking import safe_pieces
@@ -156,8 +156,8 @@ class SelectCompressor(Component):
                 context, [Kept(c, c.start, c.end) for c in chunks]))
         share = float(context.meta.get("budget_share", self.share))
         limit = max(1, int(limit * share))
-        if self.order == "score" and any("combined" in c.scores for c in chunks):
-            value = {c.id: c.scores.get("combined", 0.0) for c in chunks}
+        if self.order == "score" and any(has_score(c, "combined") for c in chunks):
+            value = {c.id: score_value(c, "combined") for c in chunks}
             ranked = mmr_order(chunks, value, self.redundancy, enough=2 * limit)
         else:
             ranked = chunks

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from compactor.components import Component
+from compactor.components import Component, score_value
 from compactor.document import Chunk, Context, Fact, Segment, frozen_mapping
 from compactor.fidelity import invented_facts
 from compactor.hookspecs import hookimpl
@@ -138,7 +138,7 @@ class ChunkFiltering(Component):
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
         chunks = usable_chunks(context, run, self.quarantine)
-        value = {c.id: float(c.scores.get("combined", 0.0)) for c in chunks}
+        value = {c.id: score_value(c, "combined") for c in chunks}
         relevance = {c.id: float(c.scores.get("relevance", 1.0)) for c in chunks}
         top = max(value.values(), default=0.0)
         ranked = sorted(chunks, key=lambda c: (-value[c.id], c.source_id, c.index))

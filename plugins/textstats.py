@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import regex
 import snowballstemmer
 
-_STEMMER = snowballstemmer.stemmer("english")
+#: One snowball stemmer per thread (see `_stemmer`).
+_STEMMERS = threading.local()
 _HAN_RUN = regex.compile(r"[\p{Han}]+")
 _SPLIT = regex.compile(r"['\-]+")
 _LATIN_WORD = regex.compile(r"[\p{L}\p{N}][\p{L}\p{N}'_\-]*")
@@ -72,10 +74,24 @@ def stopwords(lang: str) -> frozenset[str]:
     return _stopwords(lang)
 
 
+def _stemmer() -> snowballstemmer.basestemmer.BaseStemmer:
+    """The calling thread's own snowball stemmer. A stemmer keeps the word it works on in its own
+    fields, so threads sharing one (compress.map_reduce maps chunks in a pool) raise IndexError or
+    return wrong stems; never share one across threads."""
+    try:
+        return _STEMMERS.english
+    except AttributeError:  # this thread's first word
+        _STEMMERS.english = snowballstemmer.stemmer("english")
+        return _STEMMERS.english
+
+
 @functools.lru_cache(maxsize=200_000)
 def stem(word: str) -> str:
-    """Snowball stem of a lower-case English word (cached: words repeat a lot)."""
-    return _STEMMER.stemWord(word)
+    """Snowball stem of a lower-case English word (cached: words repeat a lot).
+
+    Thread-safe: lru_cache is, and it only ever stores what the calling thread's own stemmer returned.
+    """
+    return _stemmer().stemWord(word)
 
 
 def terms(text: str) -> list[str]:

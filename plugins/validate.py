@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from compactor.components import Component
+from compactor.components import Component, score_value
 from compactor.document import Chunk, Context
 from compactor.hookspecs import hookimpl
 from compactor.plugins import textstats as ts
@@ -23,7 +23,7 @@ CATEGORY_WEIGHTS = {"query_terms": 0.3, "keywords": 0.2, "technical_terms": 0.15
 
 
 def _weights(chunks: Iterable[Chunk]) -> dict[str, float]:
-    return {c.id: float(c.scores.get("combined", 1.0)) for c in chunks}
+    return {c.id: score_value(c, "combined", 1.0) for c in chunks}
 
 
 def _category(items_by_chunk: dict[str, set[str]], weight: dict[str, float],
@@ -81,8 +81,8 @@ def loss_report(context: Context, min_retention: float = 0.5,
     total_w = sum(CATEGORY_WEIGHTS[k] for k in used)
     retention = (sum(CATEGORY_WEIGHTS[k] * v["retention"] for k, v in used.items()) / total_w
                  if total_w else 1.0)
-    important_lost = any(c.scores.get("importance", 0.0) >= important for c in chunks
-                         if c.id not in _kept_ids(context))
+    kept_ids = _kept_ids(context)
+    important_lost = any(score_value(c, "importance") >= important for c in chunks if c.id not in kept_ids)
     shift = 0.1 if important_lost else 0.0
     if retention >= 0.75 + shift:
         level = "minimal"

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from compactor import Component, Pipeline, ScoreSet, hookimpl
+from compactor import Component, Pipeline, hookimpl
 from compactor.errors import CompactorError, ConfigError
 from compactor.fidelity import find_invented, invented_facts
 from compactor.llm import LLMClient, LLMError, LLMSettings, parse_retry_after
@@ -276,20 +276,6 @@ class _Validator(Component):
         return {"level": self.level, "retention": 0.1}
 
 
-class _Importance(Component):
-    """Gives every chunk the same importance score (stands in for score.importance)."""
-
-    name = "test.importance"
-    stage = "score"
-
-    def __init__(self, *, value: float = 0.9) -> None:
-        self.value = value
-
-    @hookimpl
-    def compactor_score(self, context: Any, run: Any) -> ScoreSet:
-        return ScoreSet("importance", {c.id: self.value for c in context.chunks})
-
-
 class _Plugin:
     def __init__(self, *components: type[Component]) -> None:
         self.components = components
@@ -315,7 +301,7 @@ def fallback_pipeline(server: FakeOpenAI | None, *, with_: str = "", extra_steps
             "  - use: chunk.sentences\n    with: {size: 48}\n" + extra_steps +
             "  - use: compress.select\n    with: {order: position}\n"
             "  - use: llm.fallback\n" + (f"    with: {with_}\n" if with_ else ""))
-    components: list[type[Component]] = [_Validator, _Importance]
+    components: list[type[Component]] = [_Validator]
     if not _builtin():
         components.append(LLMFallback)
     return Pipeline.from_string(text, plugins=[_Plugin(*components)], env=env or {})
@@ -402,12 +388,42 @@ def test_policies_gate_the_call(openai_server: FakeOpenAI) -> None:
     assert "severe loss" in fallback_report(calm.run(ARTICLE, budget=80))["reason"]
     severe = fallback_pipeline(openai_server, with_="{policy: severe_loss}", extra_steps=loss % "severe")
     assert severe.run(ARTICLE, budget=80).output == GOOD
-    score = "  - use: test.importance\n    with: {value: %s}\n"
-    dull = fallback_pipeline(openai_server, with_="{policy: important}", extra_steps=score % 0.2)
-    assert "critical" in fallback_report(dull.run(ARTICLE, budget=80))["reason"]
-    vital = fallback_pipeline(openai_server, with_="{policy: important}", extra_steps=score % 0.9)
-    assert vital.run(ARTICLE, budget=80).output == GOOD
-    assert len(openai_server.requests) == 2
+    assert len(openai_server.requests) == 1
+
+
+# A critical sentence (criticality words, names and identifiers other sentences refer to): the real
+# score.importance gives it at least 0.8; nothing in ARTICLE comes near.
+ALERT = ("Critical security warning: the Kestrel gateway must never log VAULT_TOKEN, a failed rotation "
+         "of VAULT_TOKEN by rotate_keys() caused data loss in Orion and Borealis.")
+FOLLOW_UP = "Kestrel, Orion and Borealis now call rotate_keys() hourly to refresh VAULT_TOKEN."
+ZH_ARTICLE = "".join(f"第{i}项发现：缓存命中率在第{i}次修改后上升到百分之{50 + i}。" for i in range(40))
+ZH_ALERT = ("严重安全警告：Kestrel 网关必须禁止在日志中写入 VAULT_TOKEN，rotate_keys() 失败导致 Orion 和 "
+            "Borealis 数据丢失。")
+ZH_FOLLOW_UP = "Kestrel、Orion 和 Borealis 现在每小时调用 rotate_keys() 刷新 VAULT_TOKEN。"
+ZH_GOOD = "缓存命中率在第0次修改后上升到百分之50。"
+
+
+@pytest.mark.parametrize(("plain", "critical", "reply"), [
+    (ARTICLE, f"{ARTICLE} {ALERT} {FOLLOW_UP}", GOOD),
+    (ZH_ARTICLE, ZH_ARTICLE + ZH_ALERT + ZH_FOLLOW_UP, ZH_GOOD),
+], ids=["en", "zh"])
+def test_important_policy_fires_on_the_real_importance_scorer(openai_server: FakeOpenAI, plain: str,
+                                                              critical: str, reply: str) -> None:
+    """`policy: important` reads what score.importance stored (under `score.importance`)."""
+    openai_server.default = Reply(content=reply)
+    pipeline = fallback_pipeline(openai_server, with_="{policy: important}",
+                                 extra_steps="  - use: score.importance\n")
+    dull = pipeline.run(plain, budget=80)
+    assert max(c.scores["score.importance"] for c in dull.chunks) < 0.8
+    assert "no chunk is marked critical" in fallback_report(dull)["reason"]
+    assert openai_server.requests == []
+    vital = pipeline.run(critical, budget=80)
+    [alert] = [c for c in vital.chunks if "VAULT_TOKEN" in c.text and "rotate_keys" in c.text
+               and ("Critical" in c.text or "严重" in c.text)]
+    assert alert.scores["score.importance"] >= 0.8 and not alert.labels  # the score alone decides
+    assert "importance" not in alert.scores  # one key, the scorer's component name
+    assert vital.output == reply and fallback_report(vital)["accepted"] is True
+    assert len(openai_server.requests) == 1
 
 
 def test_chinese_input_uses_the_chinese_prompt_and_input_cap(openai_server: FakeOpenAI) -> None:
