@@ -39,7 +39,7 @@ from compactor.errors import (
     StageError,
 )
 from compactor.hookspecs import hookimpl, hookspec
-from compactor.pipeline import Pipeline
+from compactor.pipeline import Pipeline, resolved_pipeline
 from compactor.research import ResearchSession
 from compactor.run import Run
 from compactor.store import ChunkStore, MemoryStore, SQLiteStore, open_store
@@ -62,8 +62,12 @@ def compress(
     output_format: str | None = None,
     plugins: Iterable[Any] = (),
 ) -> str:
-    """Compress text to `budget` tokens with a shipped pipeline (by name) or a pipeline file."""
-    return Pipeline.from_yaml(pipeline, plugins=plugins).run(
+    """Compress text to `budget` tokens with a shipped pipeline (by name) or a pipeline file.
+
+    The resolved pipeline is reused while its file, the plugins and the environment stay the same
+    (see `compactor.pipeline.resolved_pipeline`), so a call costs the compression, not the set-up.
+    """
+    return resolved_pipeline(pipeline, plugins=plugins).run(
         text, query=query, budget=budget, output_format=output_format
     ).output or ""
 
@@ -111,4 +115,5 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "open_store",
+    "resolved_pipeline",
 ]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,29 @@ def read_pipeline_text(name_or_path: str | os.PathLike[str]) -> tuple[str, str]:
             return resource.read_text(encoding="utf-8"), f"{stem}.yaml (shipped)"
     raise ConfigError(Problem(f"no such pipeline file. Shipped pipelines: "
                               f"{', '.join(shipped_pipelines())}", name))
+
+
+def resolved_pipeline(name_or_path: str | os.PathLike[str], *, plugins: Iterable[Any] = ()) -> Pipeline:
+    """The pipeline for a name or file, loaded once and reused while the file's text, the plugins
+    and the environment (`${VAR}` and the COMPACTOR_* switches) are the same.
+
+    The cache holds whole resolved pipelines (registry, validated spec, component instances), which
+    runs never change, keyed by content rather than by path, so an edited file is reloaded.
+    Unhashable plugin objects bypass the cache.
+    """
+    text, file = read_pipeline_text(name_or_path)
+    plugin_key = tuple(plugins)
+    try:
+        hash(plugin_key)
+    except TypeError:
+        return Pipeline.from_string(text, file=file, plugins=plugin_key)
+    return _cached_pipeline(text, file, plugin_key, tuple(sorted(os.environ.items())))
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_pipeline(text: str, file: str, plugins: tuple[Any, ...],
+                     environment: tuple[tuple[str, str], ...]) -> Pipeline:
+    return Pipeline.from_string(text, file=file, plugins=plugins, env=dict(environment))
 
 
 class Pipeline:
@@ -261,8 +285,14 @@ class Pipeline:
             return context.evolve(reports=(*context.reports, report))
         components = ([(override.name, override)] if override is not None else
                       [(name, inst) for s, name, inst in self._instances if s is step])
+        score_sets: list[ScoreSet] = []
         try:
             for name, instance in components:
+                if step.stage == "score":  # the scorers of one step score the same chunks
+                    found = self._score(name, instance, context, run)
+                    if found is not None:
+                        score_sets.append(found)
+                    continue
                 context = self._call(step.stage, name, instance, context, run)
         except CompactorError:
             raise
@@ -270,11 +300,18 @@ class Pipeline:
             raise StageError(f"{self.spec.file}: step {step.index} ({step.label}) failed: "
                              f"{type(exc).__name__}: {exc}") from exc
         if step.stage == "score":
-            context = _combine_scores(context, step.weights)
+            context = _merge_scores(context, score_sets, step.weights)
         report = StepReport(step.index, step.label, step.stage, record.tokens_in,
                             record.tokens_out, record.seconds, details=frozen_mapping(record.details),
                             warnings=tuple(record.warnings))
         return context.evolve(reports=(*context.reports, report))
+
+    def _score(self, name: str, instance: Component, context: Context, run: Run) -> ScoreSet | None:
+        result = self._caller("score", instance)(context=context, run=run)
+        result = result[0] if result else None
+        if result is not None and not isinstance(result, ScoreSet):
+            raise StageError(f"{name} returned {type(result).__name__}, not a ScoreSet")
+        return result
 
     def _call(self, stage: str, name: str, instance: Component, context: Context, run: Run) -> Context:
         result = self._caller(stage, instance)(context=context, run=run)
@@ -283,11 +320,8 @@ class Pipeline:
         if stage == "classify":
             return _merge_labels(context, result or {})
         if stage == "score":
-            if result is None:
-                return context
-            if not isinstance(result, ScoreSet):
-                raise StageError(f"{name} returned {type(result).__name__}, not a ScoreSet")
-            return _merge_scores(context, result)
+            found = self._score(name, instance, context, run)
+            return context if found is None else _merge_scores(context, [found], {})
         if stage == "validate":
             report = dict(result or {})
             run.results[name] = report
@@ -318,32 +352,35 @@ def _merge_labels(context: Context, labels: Mapping[str, Mapping[str, Any]]) -> 
     return context.evolve(chunks=chunks)
 
 
-def _merge_scores(context: Context, scores: ScoreSet) -> Context:
+def _merge_scores(context: Context, score_sets: Sequence[ScoreSet],
+                  weights: Mapping[str, float]) -> Context:
+    """Every score set's values (clamped to [0, 1]) and features on the chunks, and `combined` =
+    the weighted mean of every score a chunk has (weight 1 unless configured): one new chunk each."""
+    if not score_sets:
+        return _combine(context, weights) if weights else context
     chunks = []
     for chunk in context.chunks:
-        if chunk.id not in scores.values:
-            chunks.append(chunk)
-            continue
-        value = min(1.0, max(0.0, float(scores.values[chunk.id])))
-        features = scores.features.get(chunk.id)
-        chunks.append(replace(
-            chunk,
-            scores=frozen_mapping({**chunk.scores, scores.name: value}),
-            features=frozen_mapping({**chunk.features, scores.name: frozen_mapping(features)})
-            if features is not None else chunk.features,
-        ))
-    return context.evolve(chunks=tuple(chunks))
-
-
-def _combine_scores(context: Context, weights: Mapping[str, float]) -> Context:
-    """`combined` = weighted mean of every score a chunk has (weight 1 unless configured)."""
-    chunks = []
-    for chunk in context.chunks:
-        parts = {k: v for k, v in chunk.scores.items() if k != "combined"}
+        scores = dict(chunk.scores)
+        features = None
+        for found in score_sets:
+            value = found.values.get(chunk.id)
+            if value is None:
+                continue
+            scores[found.name] = min(1.0, max(0.0, float(value)))
+            extra = found.features.get(chunk.id)
+            if extra is not None:
+                if features is None:
+                    features = dict(chunk.features)
+                features[found.name] = frozen_mapping(extra)
+        parts = {k: v for k, v in scores.items() if k != "combined"}
         total = sum(weights.get(k, 1.0) for k in parts)
-        if not parts or total <= 0:
-            chunks.append(chunk)
-            continue
-        combined = sum(v * weights.get(k, 1.0) for k, v in parts.items()) / total
-        chunks.append(replace(chunk, scores=frozen_mapping({**chunk.scores, "combined": combined})))
+        if parts and total > 0:
+            scores["combined"] = sum(v * weights.get(k, 1.0) for k, v in parts.items()) / total
+        chunks.append(replace(chunk, scores=frozen_mapping(scores),
+                              features=frozen_mapping(features) if features is not None
+                              else chunk.features))
     return context.evolve(chunks=tuple(chunks))
+
+
+def _combine(context: Context, weights: Mapping[str, float]) -> Context:
+    return _merge_scores(context, [ScoreSet("", {})], weights)

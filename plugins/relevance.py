@@ -34,7 +34,7 @@ import regex
 from compactor.document import Chunk, Source
 from compactor.plugins import textstats as ts
 
-_TOKEN = regex.compile(r"\p{Han}+|[\p{L}\p{N}][\p{L}\p{N}'_\-]*")
+_TOKEN = regex.compile(r"(?V1)\p{Han}+|[[\p{L}\p{N}]--\p{Han}][[\p{L}\p{N}'_\-]--\p{Han}]*")
 _SPLIT = regex.compile(r"['\-]+")
 _PARAGRAPH = regex.compile(r"\n[ \t]*\n\s*")
 _SENTENCE_END = regex.compile(r"[.!?。！？:：;；]\s*$")

@@ -19,25 +19,27 @@ from compactor.plugins import relevance as rel
 from compactor.plugins import textstats as ts
 from compactor.run import Run
 
-_BOILERPLATE = regex.compile(
+# English under IGNORECASE and Chinese apart: a case-insensitive alternation that also holds the
+# Chinese words tries them at every position of English text, for nothing.
+_BOILERPLATE_EN = regex.compile(
     r"\b(?:click here|read more|subscribe|sign up|log in|cookie|privacy policy|terms of (?:use|service)|"
     r"all rights reserved|share (?:this|on)|follow us|advertisement|newsletter|related (?:posts|articles)|"
-    r"skip to (?:main )?content)\b|版权所有|点击|订阅|登录|注册|相关阅读|分享到|广告|免责声明",
+    r"skip to (?:main )?content)\b",
     regex.IGNORECASE,
 )
-_CRITICAL = regex.compile(
+_BOILERPLATE_ZH = regex.compile(r"版权所有|点击|订阅|登录|注册|相关阅读|分享到|广告|免责声明")
+_CRITICAL_EN = regex.compile(
     r"\b(?:critical|fatal|error|exception|failed|failure|must|required|security|vulnerab\w*|breaking|"
-    r"deadline|blocker|warning|do not|never|always|important|urgent|data loss)\b"
-    r"|错误|异常|失败|必须|严重|关键|安全|漏洞|警告|不要|禁止|重要|紧急|截止",
+    r"deadline|blocker|warning|do not|never|always|important|urgent|data loss)\b",
     regex.IGNORECASE,
 )
-_WHEN = regex.compile(r"^\s*(?:when|what year|in (?:what|which) year|what date|how long ago)\b"
-                      r"|何时|什么时候|哪一年|哪年|几月|哪天|多久", regex.IGNORECASE)
-_HOW_MANY = regex.compile(r"\b(?:how (?:many|much|long|old|far|big|tall)|what (?:percentage|number|"
-                          r"amount)|population|cost|price)\b|多少|几个|几位|多大|多长|多高|多远|百分之",
-                          regex.IGNORECASE)
-_WHO = regex.compile(r"^\s*(?:who|whom|whose|which (?:person|company|team|band|actor|player|author))\b"
-                     r"|谁|哪位|哪个人|什么人", regex.IGNORECASE)
+_CRITICAL_ZH = regex.compile(r"错误|异常|失败|必须|严重|关键|安全|漏洞|警告|不要|禁止|重要|紧急|截止")
+_HAN = regex.compile(r"\p{Han}")
+
+
+def _hits(english: regex.Pattern[str], chinese: regex.Pattern[str], text: str) -> int:
+    found = len(english.findall(text))
+    return found + len(chinese.findall(text)) if _HAN.search(text) else found
 
 
 def _chunk_terms(chunks: Sequence[Chunk]) -> list[list[str]]:
@@ -72,7 +74,7 @@ class DensityScorer(Component):
             content = len(ts.terms(text))
             content_ratio = min(1.0, content / max(len(words), 1))
             facts_per_100 = 100.0 * sum(found.values()) / tokens
-            boiler = len(_BOILERPLATE.findall(text))
+            boiler = _hits(_BOILERPLATE_EN, _BOILERPLATE_ZH, text)
             penalty = min(0.8, 0.25 * boiler)
             score = (0.55 * min(1.0, facts_per_100 / 12.0) + 0.45 * content_ratio) * (1 - penalty)
             values[chunk.id] = round(score, 4)
@@ -196,7 +198,7 @@ class ImportanceScorer(Component):
         values: dict[str, float] = {}
         features: dict[str, dict[str, Any]] = {}
         for i, chunk in enumerate(chunks):
-            critical_hits = len(_CRITICAL.findall(chunk.text))
+            critical_hits = _hits(_CRITICAL_EN, _CRITICAL_ZH, chunk.text)
             if chunk.labels.get("type") == "error_information":
                 critical_hits += 2
             criticality = min(1.0, critical_hits / 4)

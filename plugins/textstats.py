@@ -23,7 +23,8 @@ _STEMMERS = threading.local()
 _HAN_RUN = regex.compile(r"[\p{Han}]+")
 _SPLIT = regex.compile(r"['\-]+")
 _LATIN_WORD = regex.compile(r"[\p{L}\p{N}][\p{L}\p{N}'_\-]*")
-_TOKEN = regex.compile(r"[\p{Han}]+|[\p{L}\p{N}][\p{L}\p{N}'_\-]*")
+# Han runs apart from Latin words and digits ("2013年" is "2013" and "年")
+_TOKEN = regex.compile(r"(?V1)\p{Han}+|[[\p{L}\p{N}]--\p{Han}][[\p{L}\p{N}'_\-]--\p{Han}]*")
 
 NUMBER = regex.compile(r"(?<![\p{L}\d.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?(?![\d])")
 DATE = regex.compile(
@@ -47,6 +48,10 @@ IDENTIFIER = regex.compile(
     r"|(?:[\w.-]+/)+[\w.-]+\.\w{1,5}\b|\b\w+\.(?:py|js|ts|go|rs|java|c|cpp|h|md|yaml|yml|json|toml|sql)\b"
     r"|\b\w+(?:\.\w+){2,}\b|\b\w+\(\)"  # dotted.paths, calls()
 )
+# Every IDENTIFIER form holds one of these; most prose holds none, and IDENTIFIER backtracks from
+# every word, so it only runs where the hint is found.
+_IDENTIFIER_HINT = regex.compile(r"[a-z0-9][A-Z]|_|/|\(\)|\w\.\w+\.\w"
+                                 r"|\.(?:py|js|ts|go|rs|java|c|cpp|h|md|yaml|yml|json|toml|sql)\b")
 ACRONYM = regex.compile(r"\b[A-Z][A-Z0-9]{1,}(?:-[A-Z0-9]+)*\b")
 NAME = regex.compile(
     r"(?<![.!?。！？]\s|^)\b[A-Z][\p{Ll}]+(?:[A-Z][\p{Ll}]+)*"
@@ -105,30 +110,37 @@ def terms(text: str) -> list[str]:
 @functools.lru_cache(maxsize=32768)
 def _terms(text: str) -> tuple[str, ...]:
     out: list[str] = []
-    en_stop, zh_stop = stopwords("en"), stopwords("zh")
-    for match in _TOKEN.finditer(text):
-        token = match.group()
-        if "\u4e00" <= token[0] <= "\u9fff" or _HAN_RUN.fullmatch(token):
-            chars = [c for c in token if c not in zh_stop]
-            out.extend(chars)
-            out.extend(token[i:i + 2] for i in range(len(token) - 1)
-                       if token[i:i + 2] not in zh_stop)
+    zh_stop = stopwords("zh")
+    for token in _TOKEN.findall(text):
+        if _is_han(token[0]):
+            out.extend([c for c in token if c not in zh_stop])
+            out.extend([token[i:i + 2] for i in range(len(token) - 1) if token[i:i + 2] not in zh_stop])
         else:
-            word = token.lower().strip("'-_")
-            if word.endswith("'s"):
-                word = word[:-2]
-            for part in _SPLIT.split(word) if ("-" in word or "'" in word) else (word,):
-                if part and part not in en_stop and (len(part) > 1 or part.isdigit()):
-                    out.append(stem(part) if part.isalpha() else part)
+            out.extend(_word_terms(token))
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=200_000)
+def _word_terms(token: str) -> tuple[str, ...]:
+    """Terms of one Latin token: lower case, no stop words, stemmed (cached: tokens repeat)."""
+    word = token.lower().strip("'-_")
+    if word.endswith("'s"):
+        word = word[:-2]
+    en_stop = stopwords("en")
+    parts = _SPLIT.split(word) if ("-" in word or "'" in word) else (word,)
+    return tuple(stem(p) if p.isalpha() else p for p in parts
+                 if p and p not in en_stop and (len(p) > 1 or p.isdigit()))
+
+
+def _is_han(char: str) -> bool:
+    return "\u3400" <= char <= "\u9fff" or "\uf900" <= char <= "\ufaff" or char >= "\U00020000"
 
 
 def words(text: str) -> list[str]:
     """Plain word tokens (no stemming): Latin words and single CJK characters."""
     out: list[str] = []
-    for match in _TOKEN.finditer(text):
-        token = match.group()
-        if _HAN_RUN.fullmatch(token):
+    for token in _TOKEN.findall(text):
+        if _is_han(token[0]):
             out.extend(token)
         else:
             out.append(token)
@@ -183,7 +195,7 @@ def signals(text: str) -> Signals:
         date_hits=len(date_tokens),
         unit_hits=len(UNIT.findall(text)),
         entities=frozenset(names | acronyms | set(QUOTED_ZH.findall(text))),
-        identifiers=frozenset(IDENTIFIER.findall(text)),
+        identifiers=frozenset(IDENTIFIER.findall(text)) if _IDENTIFIER_HINT.search(text) else frozenset(),
         acronyms=acronyms,
         url_hits=len(URL.findall(text)),
         structure=frozenset({m.strip() for m in HEADING.findall(text)}
