@@ -21,7 +21,8 @@ GAP_MARK = "\n\n[…]\n\n"
 #: A chunk is cut to fit only when at least this much room is left, and only this many per pass.
 MIN_PARTIAL_TOKENS = 12
 MAX_PARTIAL_TRIES = 3
-_PIECE_EN = regex.compile(r"\S+\s*")
+WINDOW_LEAD = 2  # pieces kept before the first query match of a window
+_PIECE_EN = regex.compile(r"\s*\S+")  # leading space: BPE merges it into the word
 _PIECE_ZH = regex.compile(r"[^，,；;：:、。！？\s]+[，,；;：:、。！？]*\s*|\s+")
 SECTION_JOIN = "\n\n"
 
@@ -295,7 +296,26 @@ def best_window(chunk: Chunk, room: int, query_terms: frozenset[str],
     if best is None:
         return None, 0
     _, first, last, total = best
+    # start just before the first matching piece and spend the room after the matches: in a
+    # statement the answer usually follows the words the question shares with it
+    hit = next((i for i in range(first, last) if gains[i]), first)
+    first = max(first, hit - WINDOW_LEAD)
+    total = sum(counts[first:last])
+    while last < len(pieces) and total + counts[last] <= room:
+        total += counts[last]
+        last += 1
     start, end = pieces[first][0], pieces[last - 1][1]
+    while start < end and text[start].isspace():
+        start += 1
     while end > start and text[end - 1].isspace():
         end -= 1
-    return Kept(chunk, chunk.start + start, chunk.start + end), total
+    exact = run.counter.count(text[start:end])  # pieces counted apart can merge differently
+    while exact > room and last - 1 > first:
+        last -= 1
+        end = pieces[last - 1][1]
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        exact = run.counter.count(text[start:end])
+    if exact > room:
+        return None, 0
+    return Kept(chunk, chunk.start + start, chunk.start + end), exact

@@ -1,0 +1,161 @@
+"""The relevance engine: terms, bridge hops, passage evidence, answer types, windows, the cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import compactor
+from compactor.document import Source
+from compactor.pipeline import Pipeline, resolved_pipeline
+from compactor.plugins import relevance as rel
+from compactor.plugins.chunkers import SentenceChunker
+
+QA_ONE_SENTENCE = """version: 1
+name: t
+steps:
+  - use: chunk.sentences
+    with: {size: 160, pack: false}
+  - use: score.relevance
+    with: {hops: HOPS}
+  - use: compress.select
+    with: {redundancy: 0.0}
+"""
+
+PASSAGES = "\n\n".join([
+    "Gisvi\nGisvi Isaque Andrade Antunes (born 6 March 1982 in Windhoek) is a retired footballer. "
+    "He played for several clubs in Portugal.",
+    "Windhoek\nWindhoek is the capital of Namibia. There are also a number of notable places to stay in "
+    "Windhoek such as the Country Club Resort, which is the most visited.",
+    "Paris hotels\nThe most popular hotel in Paris is the Ritz. Many a popular hotel in the city opened "
+    "in the nineteenth century. A hotel near the river is popular with tourists.",
+    "Lisbon\nLisbon has a popular hotel district. The city of birth of many sailors was Lisbon.",
+])
+
+
+def _scores(query: str, text: str, hops: int = 2) -> dict[str, float]:
+    pipeline = Pipeline.from_string(QA_ONE_SENTENCE.replace("HOPS", str(hops)))
+    context = pipeline.run(text, query=query, budget=10_000)
+    # a passage's first sentence carries its title line: key by the sentence itself
+    return {c.text.strip().splitlines()[-1]: c.scores["score.relevance"] for c in context.chunks}
+
+
+def test_index_terms_split_han_runs_from_latin_and_digits() -> None:
+    assert rel.index_terms("2013年于乐状态") == ("2013", "年于", "于乐", "乐状", "状态")
+    assert rel.index_terms("The runners' running") == ("runner", "run")
+    assert rel.index_terms("张") == ("张",)
+    assert compactor.plugins.textstats.terms("2013年")[:1] == ["2013"]
+
+
+def test_bridge_hop_finds_the_second_hop_sentence() -> None:
+    query = "What is the most visited place to stay in Gisvi's city of birth?"
+    target = ("There are also a number of notable places to stay in Windhoek such as the Country Club "
+              "Resort, which is the most visited.")
+    with_hops = _scores(query, PASSAGES, hops=2)
+    without = _scores(query, PASSAGES, hops=0)
+    distractor = "Lisbon has a popular hotel district."
+    assert with_hops[target] > with_hops[distractor]
+    # the hop is what lifts it: the bridge name (Windhoek) is not in the question
+    assert with_hops[target] >= without[target]
+    ranked = sorted(with_hops, key=lambda t: -with_hops[t])
+    assert ranked.index(target) <= 2, ranked[:4]
+
+
+def test_bridge_hop_keeps_the_answer_at_a_small_budget() -> None:
+    query = "What is the most visited place to stay in Gisvi's city of birth?"
+    pipeline = Pipeline.from_string(QA_ONE_SENTENCE.replace("HOPS", "2"))
+    out = pipeline.run(PASSAGES, query=query, budget=70).output
+    assert "Country Club Resort" in out
+    assert "Windhoek" in out
+
+
+def test_answer_type_prefers_the_sentence_with_a_date() -> None:
+    text = ("Harbor Bridge\nThe Harbor Bridge was opened to traffic by the city council. "
+            "Construction of the Harbor Bridge finished in 1932 after eight years.\n\n"
+            "Other\nThe council also opened a museum.")
+    found = rel.score_chunks("When was the Harbor Bridge opened?",
+                             _chunks(text), [Source.from_text(text)])
+    by_text = {c.text.strip().splitlines()[-1]: v for c, v in zip(_chunks(text), found.values, strict=True)}
+    assert found.kind == "date"
+    assert rel.answer_kind("这座桥是什么时候建成的？") == "date"
+    assert rel.answer_kind("他有多少个孩子？") == "number"
+    assert rel.holds_kind("date", "工程于1932年完工。")
+    assert by_text["Construction of the Harbor Bridge finished in 1932 after eight years."] > 0
+    assert found.values[1] > 0.5
+
+
+def _chunks(text: str) -> list[compactor.Chunk]:
+    source = Source.from_text(text)
+    pipeline = Pipeline.from_string("version: 1\nname: c\nsteps:\n  - use: chunk.sentences\n"
+                                    "    with: {size: 160, pack: false}\n")
+    context = pipeline.run(source, budget=10_000)
+    return list(context.chunks)
+
+
+def test_a_sentence_inherits_its_passage_evidence() -> None:
+    text = ("Ada Lovelace\nAda Lovelace was an English mathematician. "
+            "She wrote the first published algorithm in 1843.\n\n"
+            "Charles Babbage\nBabbage designed the Analytical Engine. He published an algorithm "
+            "for the engine later.")
+    scores = _scores("Which algorithm did Ada Lovelace publish?", text)
+    assert scores["She wrote the first published algorithm in 1843."] > scores[
+        "He published an algorithm for the engine later."]
+
+
+def test_chinese_question_finds_the_chinese_answer() -> None:
+    text = ("赵鹏\n赵鹏，中国足球运动员，司职后卫。赵鹏于1997年便加入河南建业青年队。"
+            "不过由于伤病困扰，他在2014下半赛季并没有得到出场机会。\n\n"
+            "张世昌\n张世昌是中国足球运动员，司职守门员。")
+    pipeline = Pipeline.from_yaml("qa")
+    out = pipeline.run(text, query="赵鹏在2014年下半赛季没有出场的原因是什么？", budget=40).output
+    assert "伤病困扰" in out
+
+
+def test_one_chunk_per_sentence_when_not_packed() -> None:
+    text = "One short sentence. Another short one. A third one here."
+    source = Source.from_text(text)
+    pipeline = Pipeline.from_string("version: 1\nname: c\nsteps:\n  - use: chunk.sentences\n"
+                                    "    with: {size: 64, pack: false}\n")
+    chunks = pipeline.run(source, budget=1000).chunks
+    assert [c.text.strip() for c in chunks] == ["One short sentence.", "Another short one.",
+                                                  "A third one here."]
+    assert SentenceChunker(size=64).pack is True
+
+
+def test_a_long_sentence_gives_its_best_window_when_it_does_not_fit() -> None:
+    long_sentence = ("During the long and eventful reign of the old dynasty many rulers came and went, "
+                     "wars were fought over rivers and mountains, harvests failed and recovered, "
+                     "and finally the southwest monsoon wind blows across Nigeria until September "
+                     "each year according to the records kept by farmers.")
+    text = "Weather\n" + long_sentence + "\n\nOther\nCats sleep a lot. Dogs bark at night."
+    pipeline = Pipeline.from_yaml("qa")
+    context = pipeline.run(text, query="until when does the southwest monsoon wind blow across Nigeria",
+                           budget=24)
+    assert "Nigeria" in context.output and "September" in context.output
+    assert context.output_tokens <= 24
+    kept = context.segments[0].text
+    assert kept in text  # a verbatim window of the sentence
+
+
+def test_resolved_pipelines_are_cached_by_content(tmp_path: Path) -> None:
+    assert resolved_pipeline("qa") is resolved_pipeline("qa")
+    path = tmp_path / "p.yaml"
+    path.write_text("version: 1\nname: a\nsteps:\n  - use: chunk.sentences\n", encoding="utf-8")
+    first = resolved_pipeline(path)
+    assert resolved_pipeline(path) is first
+    path.write_text("version: 1\nname: b\nsteps:\n  - use: chunk.paragraphs\n", encoding="utf-8")
+    second = resolved_pipeline(path)
+    assert second is not first and second.spec.name == "b"
+    # the cached pipeline gives the same answer as a fresh one, call after call
+    text = PASSAGES
+    fresh = Pipeline.from_yaml("qa").run(text, query="popular hotel in Paris", budget=40).output
+    for _ in range(2):
+        assert compactor.compress(text, query="popular hotel in Paris", budget=40, pipeline="qa") == fresh
+
+
+def test_relevance_parameters_are_checked() -> None:
+    import pytest
+
+    with pytest.raises(compactor.ConfigError, match="passage_weight"):
+        Pipeline.from_string("version: 1\nname: x\nsteps:\n  - use: chunk.sentences\n"
+                             "  - use: score.relevance\n"
+                             "    with: {passage_weight: 0.9, neighbor_weight: 0.5}\n")
