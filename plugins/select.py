@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import regex
@@ -19,7 +19,7 @@ from compactor.sentences import split_sentences
 
 GAP_MARK = "\n\n[…]\n\n"
 #: A chunk is cut to fit only when at least this much room is left, and only this many per pass.
-MIN_PARTIAL_TOKENS = 12
+MIN_PARTIAL_TOKENS = 4
 MAX_PARTIAL_TRIES = 3
 WINDOW_LEAD = 2  # pieces kept before the first query match of a window
 _PIECE_EN = regex.compile(r"\s*\S+")  # leading space: BPE merges it into the word
@@ -171,8 +171,14 @@ class SelectCompressor(Component):
         for _ in range(2):  # the second pass fills what the estimates left over
             used = self._greedy(ranked, kept, used, limit, headings, query_terms, run)
             segments = segments_for(context, kept)
+            shrinks = 0
             while kept and (used := self._rendered_tokens(context, segments, run, markdown)) > limit:
-                kept.pop()  # estimates were off: drop the least valuable span
+                last = kept.pop()  # estimates were off (joins): cut the least valuable span, or drop it
+                if self.partial and shrinks < 3:
+                    shrinks += 1
+                    smaller = self._shrunk(last, used - limit, query_terms, run)
+                    if smaller is not None:
+                        kept.append(smaller)
                 segments = segments_for(context, kept)
         run.note("kept_chunks", len({k.chunk.id for k in kept}))
         run.note("partial_chunks", sum(1 for k in kept if k.end - k.start < len(k.chunk.text)))
@@ -220,12 +226,38 @@ class SelectCompressor(Component):
                 item, cost = self._best_sentences(chunk, room, query_terms, run)
                 if item is None:
                     item, cost = best_window(chunk, room, query_terms, run)
+                elif room - cost >= MIN_PARTIAL_TOKENS and item.end < chunk.end:
+                    item, cost = self._continued(item, room - cost, cost, run)
             if item is not None:
                 kept.append(item)
                 taken.add((chunk.source_id, chunk.index))
                 used += cost + overhead
                 seen_sources.add(chunk.source_id)
         return used
+
+    @staticmethod
+    def _shrunk(item: Kept, over: int, query_terms: frozenset[str], run: Run) -> Kept | None:
+        """The best window of a kept span that is `over` tokens (and a join) shorter."""
+        chunk = item.chunk
+        span = chunk.text[item.start - chunk.start:item.end - chunk.start]
+        room = run.counter.count(span) - over - 1
+        if room < MIN_PARTIAL_TOKENS:
+            return None
+        piece = replace(chunk, start=item.start, text=span)
+        smaller, _ = best_window(piece, room, query_terms, run)
+        return None if smaller is None else Kept(chunk, smaller.start, smaller.end)
+
+    @staticmethod
+    def _continued(item: Kept, room: int, cost: int, run: Run) -> tuple[Kept, int]:
+        """A kept run of sentences extended by the leading words of the sentence after it, so
+        the room left is used (without a query this makes an exact lead-N prefix)."""
+        chunk = item.chunk
+        offset = item.end - chunk.start
+        rest = replace(chunk, start=item.end, text=chunk.text[offset:])
+        more, extra = best_window(rest, room - 1, frozenset(), run)
+        if more is None or more.start != item.end + (len(rest.text) - len(rest.text.lstrip())):
+            return item, cost
+        return Kept(chunk, item.start, more.end), cost + extra + 1
 
     @staticmethod
     def _best_sentences(chunk: Chunk, room: int, query_terms: frozenset[str],
