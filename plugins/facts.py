@@ -255,8 +255,8 @@ def scored_sentences(chunks: Sequence[Chunk], query: str | None, counter: TokenC
     unless its page is a bridge: a page whose title is named by a strongly relevant sentence of
     another page (or by an `anchors` text, e.g. an earlier batch's fact) inherits part of that
     sentence's relevance. `titles` maps source ids to page titles. Without a query, relevance is the
-    chunk score. Ties go to sentences carrying numbers, dates and names (`Candidate.score`).
-    Sentences over `max_tokens` are left out (too long for a fact).
+    chunk score. Ties keep page order (a bridged page's lead sentence first). Sentences over
+    `max_tokens` are left out (too long for a fact).
     """
     titles = titles or {}
     query_terms = set(ts.terms(query or ""))
@@ -268,7 +268,6 @@ def scored_sentences(chunks: Sequence[Chunk], query: str | None, counter: TokenC
                 rows.append((chunk, text, frozenset(ts.terms(text))))
     if not rows:
         return []
-    costs = counter.count_many([text for _, text, _ in rows])
     prior = _prior(chunks)
     title_terms = {sid: frozenset(ts.terms(t)) for sid, t in titles.items()}
     idf = query_idf((terms | title_terms.get(chunk.source_id, frozenset()) for chunk, _, terms in rows),
@@ -290,13 +289,12 @@ def scored_sentences(chunks: Sequence[Chunk], query: str | None, counter: TokenC
                       + PRIOR_WEIGHT * prior[chunk.id])
     if query_terms and titles:
         values = _bridge(rows, values, titles, anchors)
-    out = []
-    for (chunk, text, terms), cost, value in zip(rows, costs, values, strict=True):
-        if (max_tokens is not None and cost > max_tokens) or value <= 0:
-            continue
-        score = value + 0.01 * information(text)
-        out.append(Candidate(chunk, text, round(score, 4), terms, cost, round(value, 4)))
-    out.sort(key=lambda c: (-c.score, c.chunk.source_id, c.chunk.index))
+    live = [(row, value) for row, value in zip(rows, values, strict=True) if value > 0]
+    costs = counter.count_many([text for (_, text, _), _ in live])
+    out = [Candidate(chunk, text, round(value, 4), terms, cost, round(value, 4))
+           for ((chunk, text, terms), value), cost in zip(live, costs, strict=True)
+           if max_tokens is None or cost <= max_tokens]
+    out.sort(key=lambda c: -c.score)  # stable: ties keep page order, earlier sentences first
     return out
 
 
