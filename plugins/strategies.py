@@ -10,7 +10,8 @@
   lose the link to chunks: its segment lists the chunks its sentences came from, but an LLM summary
   cites the whole batch.
 
-State between batches travels in the context: `facts` (A), `meta["kept_chunk_ids"]` (B),
+State between batches travels in the context: `facts`, `meta["checklist"]` (the shown fact ids)
+and `meta["checklist_budget"]` (A), `meta["kept_chunk_ids"]` and `meta["chunk_scores"]` (B),
 `meta["summary"]` (C); `compactor.ContextCompacter` loads and stores it. Chunks flagged by
 `classify.injection` are quarantined (left out and listed in the step report) unless
 `quarantine: false`.
