@@ -20,12 +20,15 @@ from typing import Any
 
 import yaml
 
-from compactor.document import Budget, Context, Fact, Source, frozen_mapping
+from compactor.document import Budget, Context, Fact, Source, chunk_id, frozen_mapping
 from compactor.errors import ConfigError, InputError, Problem
 from compactor.pipeline import Pipeline, read_pipeline_text
 from compactor.store import Batch, ChunkStore, StoredChunk, open_store
 
 STRATEGIES = ("fact_centric", "chunk_filtering", "summarization")
+# what a strategy keeps between batches besides its knowledge base: the checklist's fact ids and
+# budget (A), the kept chunks' scores and sizes (B)
+_STATE = ("checklist", "checklist_budget", "chunk_scores")
 _ALIASES = {"a": "fact_centric", "b": "chunk_filtering", "c": "summarization"}
 
 SearchResult = tuple[str, str] | Mapping[str, Any] | Source
@@ -141,6 +144,16 @@ class ContextCompacter:
         return [fact_from_dict(f) for f in self.store.knowledge(self.session, "facts", [])]
 
     @property
+    def checklist(self) -> list[Fact]:
+        """Strategy A's checklist: the best facts within the session's checklist budget."""
+        facts = self.facts
+        shown = self.store.knowledge(self.session, "checklist")
+        if shown is None:  # a session from before checklists were budgeted
+            return sorted(facts, key=lambda f: -f.score)
+        by_id = {f.id: f for f in facts}
+        return [by_id[i] for i in shown if i in by_id]
+
+    @property
     def chunk_ids(self) -> list[str]:
         """Strategy B's knowledge base: the relevant chunk ids so far, in the order they were found."""
         return list(self.store.knowledge(self.session, "kept_chunk_ids", []))
@@ -159,7 +172,9 @@ class ContextCompacter:
         sources = [to_source(item, i) for i, item in enumerate(search_results)]
         sources = [s for s in sources if s.text.strip()]
         budget = Budget(max_tokens=self.budget) if self.budget else self.pipeline.spec.budget
-        meta = {"kept_chunk_ids": self.chunk_ids, "summary": self.summary}
+        meta = {"kept_chunk_ids": self.chunk_ids, "summary": self.summary,
+                **{k: self.store.knowledge(self.session, k) for k in _STATE
+                   if self.store.knowledge(self.session, k) is not None}}
         context = Context(sources=tuple(sources), facts=tuple(self.facts), query=query, budget=budget,
                           meta=frozen_mapping(meta))
         result = self.pipeline.run(context, store=self.store, session=self.session) if sources else context
@@ -171,6 +186,7 @@ class ContextCompacter:
             knowledge["kept_chunk_ids"] = list(result.meta.get("kept_chunk_ids", meta["kept_chunk_ids"]))
         else:
             knowledge["summary"] = str(result.meta.get("summary", meta["summary"]))
+        knowledge.update({k: result.meta[k] for k in _STATE if k in result.meta})
         quarantined = [q for d in details.values() for q in d.get("quarantined", [])]
         dropped = [p for d in details.values() for p in d.get("dropped_pages", [])]
         report = {"query": query, "results": len(sources), "new_pages": len(result.sources),
@@ -183,9 +199,10 @@ class ContextCompacter:
         return {"batch": number, **report, "steps": details}
 
     def get_checklist_context(self) -> list[Fact] | str:
-        """A: the fact list; B: the original text of the relevant chunks; C: the rolling summary."""
+        """A: the checklist facts (best first, within the checklist budget); B: the original text of
+        the relevant chunks; C: the rolling summary."""
         if self.strategy == "fact_centric":
-            return self.facts
+            return self.checklist
         if self.strategy == "chunk_filtering":
             return self._render(self._chunks_in_order(self.chunk_ids))
         return self.summary
@@ -198,10 +215,12 @@ class ContextCompacter:
         return "\n".join(f"- {f.text} [{', '.join(f.chunk_ids)}]" for f in context)
 
     def reconstruct_report_context(self, relevant_items: Sequence[str | Fact] | None = None,
-                                   budget: int | None = None) -> str:
-        """The verbatim original text of the chunks behind the selected facts (A) or chunk ids (B, C),
-        grouped by source in arrival order, with titles and URLs, within `budget` tokens (the most
-        important chunks first: by fact score for A, by selection order otherwise)."""
+                                   budget: int | None = None, *, context: int | None = None) -> str:
+        """The verbatim original text of the chunks behind the selected facts (A; by default every
+        fact of the knowledge base, not only the checklist's) or chunk ids (B, C), with `context`
+        neighbouring chunks of the same page on each side (default 1 for A, 0 otherwise), grouped by
+        source in arrival order with titles and URLs, within `budget` tokens: the chunks behind
+        facts come first, most relevant fact first, then their neighbours."""
         if self.strategy == "summarization" and relevant_items is None:
             return self.summary
         if self.strategy == "fact_centric":
@@ -222,9 +241,25 @@ class ContextCompacter:
         if missing:
             raise InputError(f"chunk id(s) not in the store: {', '.join(missing[:10])}")
         chosen_chunks = [stored[i] for i in ids]
+        width = context if context is not None else (1 if self.strategy == "fact_centric" else 0)
+        chosen_chunks += self._neighbours(chosen_chunks, width)
         if budget is not None:
             chosen_chunks = self._fit(chosen_chunks, budget)
         return self._render(self._order(chosen_chunks))
+
+    def _neighbours(self, chunks: Sequence[StoredChunk], width: int) -> list[StoredChunk]:
+        """The chunks up to `width` places before and after each of `chunks` in its page, nearest
+        first, leaving out chunks already given and quarantined ones."""
+        if width <= 0 or not chunks:
+            return []
+        have = {c.id for c in chunks}
+        wanted = [chunk_id(c.source_id, c.index + step) for distance in range(1, width + 1)
+                  for c in chunks for step in (-distance, distance) if c.index + step >= 0]
+        wanted = [i for i in dict.fromkeys(wanted) if i not in have]
+        quarantined = {q.get("chunk_id") for b in self.store.batches(self.session)
+                       for q in b.get("report", {}).get("quarantined", [])}
+        found = self.store.chunks(wanted)
+        return [found[i] for i in wanted if i in found and i not in quarantined]
 
     # -- helpers ---------------------------------------------------------------------------
 

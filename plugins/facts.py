@@ -5,6 +5,11 @@ of the chunk's original text and its `chunk_ids` start with that chunk. Sentence
 idf-weighted share of the query's terms they hold, by what they carry (numbers, dates, names) and by
 their chunk's score. Facts from different batches or sources that say the same thing are merged:
 one text, the union of their chunk ids.
+
+The search strategies rank sentences by `relevance` (`scored_sentences`): a value in [0, 1] from the
+query coverage, the specificity of the query terms held, the chunk's scorer score and bridges
+between pages; `keep_facts` keeps those above a threshold relative to the best and a floor, and
+`fit_facts` fits a checklist to a token budget.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import regex
@@ -38,6 +43,7 @@ class Candidate:
     score: float
     terms: frozenset[str]
     tokens: int
+    relevance: float = 0.0
 
 
 def fact_id(text: str) -> str:
@@ -184,3 +190,183 @@ def parse_llm_facts(reply: str, chunks: dict[str, Chunk], urls: dict[str, str | 
         out.append((Fact(id=fact_id(statement), text=statement, chunk_ids=tuple(ids),
                          source_url=urls.get(chunks[ids[0]].source_id), score=0.5), source))
     return out, problems
+
+
+# -- relevance for the search strategies ----------------------------------------------------------------
+
+COVERAGE_WEIGHT = 0.4
+SPECIFICITY_WEIGHT = 0.4
+PRIOR_WEIGHT = 0.2
+BRIDGE_FROM = 0.5  # sentences at least this share of the best relevance name bridge pages
+BRIDGE_SHARE = 0.8  # a bridged page's sentences inherit this share of the naming sentence's relevance
+_TITLE_TAIL = regex.compile(r"\s*(?:\([^()]*\)|\s[-|–—·]\s.*)$")
+_HEADING_END = regex.compile(r"[.!?。！？:：;；]$")
+
+
+def page_title(title: str | None, text: str) -> str:
+    """A page's title: its own, else its first line when that reads as a heading (short, unpunctuated)."""
+    if title and title.strip():
+        return title.strip()
+    first = text.lstrip().split("\n", 1)[0].strip()
+    if not first or len(first) > 120 or len(first.split()) > 12 or _HEADING_END.search(first):
+        return ""
+    return first
+
+
+def _name(title: str) -> str:
+    """The name a page's title gives: without a "(disambiguation)" or " - Site name" tail."""
+    name = _TITLE_TAIL.sub("", title).strip().lower()
+    return name if len(name) >= 4 or _CJK.search(name) else ""
+
+
+def _names(name: str, text: str) -> bool:
+    """Does `text` (lower case) name `name` as words (as a substring for Chinese)?"""
+    if _CJK.search(name):
+        return name in text
+    at = text.find(name)
+    while at >= 0:
+        before = text[at - 1] if at else " "
+        after = text[at + len(name)] if at + len(name) < len(text) else " "
+        if not (before.isalnum() or after.isalnum()):
+            return True
+        at = text.find(name, at + 1)
+    return False
+
+
+def _prior(chunks: Sequence[Chunk]) -> dict[str, float]:
+    """Each chunk's scorer relevance, min-max normalised over the batch (0.5 for all when flat)."""
+    raw = {c.id: float(c.scores.get("score.relevance", c.scores.get("combined", 0.0))) for c in chunks}
+    low, high = min(raw.values(), default=0.0), max(raw.values(), default=0.0)
+    if high - low <= 1e-9:
+        return {i: 0.5 for i in raw}
+    return {i: (v - low) / (high - low) for i, v in raw.items()}
+
+
+def scored_sentences(chunks: Sequence[Chunk], query: str | None, counter: TokenCounter, *,
+                     titles: Mapping[str, str] | None = None,
+                     anchors: Sequence[tuple[str, float]] = (),
+                     max_tokens: int | None = MAX_FACT_TOKENS) -> list[Candidate]:
+    """Every usable sentence of the chunks with its query relevance in [0, 1], best first.
+
+    Relevance averages three views so no single one decides: how much of the query the sentence
+    covers (idf-weighted, its page title counted with it, since a sentence inherits its passage's
+    subject); how specific the most specific query term it holds is (the second passage of a
+    multi-hop question often matches one rare name and little else); and its chunk's scorer score
+    (`score.relevance`), min-max normalised over the batch. A sentence holding no query term scores 0,
+    unless its page is a bridge: a page whose title is named by a strongly relevant sentence of
+    another page (or by an `anchors` text, e.g. an earlier batch's fact) inherits part of that
+    sentence's relevance. `titles` maps source ids to page titles. Without a query, relevance is the
+    chunk score. Ties keep page order (a bridged page's lead sentence first). Sentences over
+    `max_tokens` are left out (too long for a fact).
+    """
+    titles = titles or {}
+    query_terms = set(ts.terms(query or ""))
+    rows: list[tuple[Chunk, str, frozenset[str]]] = []
+    for chunk in chunks:
+        for start, end in split_sentences(chunk.text):
+            text = chunk.text[start:end].strip()
+            if text and _long_enough(text):
+                rows.append((chunk, text, frozenset(ts.terms(text))))
+    if not rows:
+        return []
+    prior = _prior(chunks)
+    title_terms = {sid: frozenset(ts.terms(t)) for sid, t in titles.items()}
+    idf = query_idf((terms | title_terms.get(chunk.source_id, frozenset()) for chunk, _, terms in rows),
+                    query_terms) if query_terms else {}
+    total = sum(idf.values()) or 1.0
+    top = max(idf.values(), default=0.0) or 1.0
+    values: list[float] = []
+    for chunk, _, terms in rows:
+        if not query_terms:
+            values.append(prior[chunk.id])
+            continue
+        held = (terms | title_terms.get(chunk.source_id, frozenset())) & query_terms
+        if not held:
+            values.append(0.0)
+            continue
+        coverage = sum(idf[t] for t in held) / total
+        specificity = max(idf[t] for t in held) / top
+        values.append(COVERAGE_WEIGHT * coverage + SPECIFICITY_WEIGHT * specificity
+                      + PRIOR_WEIGHT * prior[chunk.id])
+    if query_terms and titles:
+        values = _bridge(rows, values, titles, anchors)
+    live = [(row, value) for row, value in zip(rows, values, strict=True) if value > 0]
+    costs = counter.count_many([text for (_, text, _), _ in live])
+    out = [Candidate(chunk, text, round(value, 4), terms, cost, round(value, 4))
+           for ((chunk, text, terms), value), cost in zip(live, costs, strict=True)
+           if max_tokens is None or cost <= max_tokens]
+    out.sort(key=lambda c: -c.score)  # stable: ties keep page order, earlier sentences first
+    return out
+
+
+def _bridge(rows: Sequence[tuple[Chunk, str, frozenset[str]]], values: list[float],
+            titles: Mapping[str, str], anchors: Sequence[tuple[str, float]]) -> list[float]:
+    """Sentences of pages named by strongly relevant text elsewhere inherit part of its relevance."""
+    best = max(values, default=0.0)
+    strong = [(chunk.source_id, text.lower(), value)
+              for (chunk, text, _), value in zip(rows, values, strict=True)
+              if best > 0 and value >= BRIDGE_FROM * best]
+    strong += [("", text.lower(), value) for text, value in anchors if value > 0]
+    inherited: dict[str, float] = {}
+    for sid, title in titles.items():
+        name = _name(title)
+        if not name:
+            continue
+        for source, text, value in strong:
+            if source != sid and BRIDGE_SHARE * value > inherited.get(sid, 0.0) and _names(name, text):
+                inherited[sid] = BRIDGE_SHARE * value
+    if not inherited:
+        return values
+    return [max(v, inherited.get(chunk.source_id, 0.0))
+            for (chunk, _, _), v in zip(rows, values, strict=True)]
+
+
+def keep_facts(cands: Sequence[Candidate], urls: Mapping[str, str | None], *, threshold: float,
+               floor: float, max_tokens: int | None = None, max_facts: int | None = None) -> list[Fact]:
+    """Distinct facts from ranked candidates: kept while their relevance is at least `threshold` times
+    the best candidate's and at least `floor`, within `max_tokens` of fact text and `max_facts`. A
+    candidate saying what a kept fact says adds its chunk id to that fact instead."""
+    best = max((c.relevance for c in cands), default=0.0)
+    bar = max(floor, threshold * best)
+    kept: list[tuple[Candidate, Fact]] = []
+    used = 0
+    for cand in cands:
+        if cand.relevance < bar:
+            continue
+        duplicate = next((i for i, (other, _) in enumerate(kept) if same_fact(cand.terms, other.terms)), None)
+        if duplicate is not None:
+            other, fact = kept[duplicate]
+            if cand.chunk.id not in fact.chunk_ids:
+                kept[duplicate] = (other, replace(fact, chunk_ids=(*fact.chunk_ids, cand.chunk.id)))
+            continue
+        if max_facts is not None and len(kept) >= max_facts:
+            break
+        if max_tokens is not None and used + cand.tokens > max_tokens:
+            continue
+        kept.append((cand, Fact(id=fact_id(cand.text), text=cand.text, chunk_ids=(cand.chunk.id,),
+                                source_url=urls.get(cand.chunk.source_id), score=cand.score)))
+        used += cand.tokens
+    return [fact for _, fact in kept]
+
+
+def fact_line(fact: Fact) -> str:
+    """How a fact reads in a checklist (what its budget counts)."""
+    return f"- {fact.text}"
+
+
+def fit_facts(facts: Sequence[Fact], budget: int | None, counter: TokenCounter) -> list[Fact]:
+    """The best-scored facts whose lines, joined by newlines, fit `budget` tokens (best first)."""
+    ranked = sorted(facts, key=lambda f: -f.score)
+    if budget is None:
+        return ranked
+    costs = counter.count_many([fact_line(f) for f in ranked])
+    shown: list[Fact] = []
+    used = 0
+    for fact, cost in zip(ranked, costs, strict=True):
+        step = cost + (1 if shown else 0)  # + the newline that joins it
+        if used + step <= budget:
+            shown.append(fact)
+            used += step
+    while shown and counter.count("\n".join(fact_line(f) for f in shown)) > budget:
+        shown.pop()
+    return shown

@@ -10,7 +10,8 @@
   lose the link to chunks: its segment lists the chunks its sentences came from, but an LLM summary
   cites the whole batch.
 
-State between batches travels in the context: `facts` (A), `meta["kept_chunk_ids"]` (B),
+State between batches travels in the context: `facts`, `meta["checklist"]` (the shown fact ids)
+and `meta["checklist_budget"]` (A), `meta["kept_chunk_ids"]` and `meta["chunk_scores"]` (B),
 `meta["summary"]` (C); `compactor.ContextCompacter` loads and stores it. Chunks flagged by
 `classify.injection` are quarantined (left out and listed in the step report) unless
 `quarantine: false`.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from compactor.components import Component, score_value
+from compactor.components import Component
 from compactor.document import Chunk, Context, Fact, Segment, frozen_mapping
 from compactor.fidelity import invented_facts
 from compactor.hookspecs import hookimpl
@@ -46,31 +47,60 @@ def _lang(chunks: Sequence[Chunk]) -> str:
 
 def fact_lines(facts: Sequence[Fact], limit: int | None, run: Run) -> tuple[str, list[Fact]]:
     """Facts as a Markdown list (best first until `limit` tokens), and the facts that made it."""
-    lines: list[str] = []
-    shown: list[Fact] = []
-    used = 0
-    costs = run.counter.count_many([f"- {f.text}\n" for f in facts])
-    for fact, cost in sorted(zip(facts, costs, strict=True), key=lambda fc: -fc[0].score):
-        if limit is not None and used + cost > limit:
-            continue
-        lines.append(f"- {fact.text}")
-        shown.append(fact)
-        used += cost
-    return "\n".join(lines), shown
+    shown = fx.fit_facts(facts, limit, run.counter)
+    return "\n".join(fx.fact_line(f) for f in shown), shown
+
+
+def batch_budget(context: Context, share: float | None, floor: int = 0) -> int | None:
+    """A batch's checklist budget: `share` of its input tokens but at least `floor` (so a short batch
+    still shows its best facts), within the context's budget."""
+    limits = [context.resolved_budget()]
+    if share is not None:
+        tokens = int(context.meta.get("input_tokens", context.tokens))
+        limits.append(max(1, int(share * tokens), min(floor, tokens)))
+    known = [x for x in limits if x is not None]
+    return min(known) if known else None
+
+
+def session_budget(context: Context, batch: int | None) -> int | None:
+    """The session's checklist budget: the batch budgets so far, within the budget's `max_tokens`."""
+    if batch is None:
+        return context.budget.max_tokens
+    total = int(context.meta.get("checklist_budget") or 0) + batch
+    cap = context.budget.max_tokens
+    return total if cap is None else min(total, cap)
+
+
+def _titles(context: Context) -> dict[str, str]:
+    return {s.id: t for s in context.sources if (t := fx.page_title(s.title, s.text))}
 
 
 class FactCentric(Component):
-    """Strategy A: query-relevant facts with chunk ids and source URLs, merged across batches."""
+    """Strategy A: query-relevant facts with chunk ids and source URLs, merged across batches.
+
+    A batch's facts are its sentences whose relevance (`facts.scored_sentences`) is at least
+    `threshold` times the batch's best and at least `min_score`: a relevance bar, not a count, so
+    a batch with two relevant sentences gives two facts and a rich one gives many (at most the
+    budget's `max_tokens` of fact text per batch). All of them stay in the knowledge base, and their
+    chunks (with their neighbours) make the report context; the checklist shows the best-scored
+    facts within the session's checklist budget: `share` of each batch's input tokens (at least
+    `min_tokens`, within the pipeline budget), summed over the batches and capped at the budget's
+    `max_tokens`.
+    """
 
     name = "compress.fact_centric"
     stage = "compress"
     requires = ("chunks",)
     provides = ("facts", "segments")
 
-    def __init__(self, *, max_facts: int = 40, min_score: float = 0.2, quarantine: bool = True,
+    def __init__(self, *, share: float | None = 0.1, min_tokens: int = 50, threshold: float = 0.3,
+                 min_score: float = 0.1, max_facts: int | None = None, quarantine: bool = True,
                  llm: bool = False, prompt: str | None = None) -> None:
-        self.max_facts = max_facts
+        self.share = share
+        self.min_tokens = min_tokens
+        self.threshold = threshold
         self.min_score = min_score
+        self.max_facts = max_facts
         self.quarantine = quarantine
         self.llm = llm
         self.prompt = prompt
@@ -79,28 +109,41 @@ class FactCentric(Component):
     def compactor_compress(self, context: Context, run: Run) -> Context:
         chunks = usable_chunks(context, run, self.quarantine)
         urls = _urls(context)
-        new = self._llm_facts(chunks, context, run) if self.llm and chunks else None
+        budget = batch_budget(context, self.share, self.min_tokens)
+        new = self._llm_facts(chunks, context, budget, run) if self.llm and chunks else None
         if new is None:
-            new = fx.rule_facts(chunks, context.query, run.counter, urls, max_facts=self.max_facts,
-                                min_score=self.min_score)
+            shown_before = set(context.meta.get("checklist") or (f.id for f in context.facts))
+            anchors = [(f.text, f.score) for f in context.facts if f.id in shown_before]
+            ranked = fx.scored_sentences(chunks, context.query, run.counter, titles=_titles(context),
+                                         anchors=anchors)
+            new = fx.keep_facts(ranked, urls, threshold=self.threshold, floor=self.min_score,
+                                max_tokens=context.budget.max_tokens, max_facts=self.max_facts)
             run.note("extraction", "rules")
         else:
             run.note("extraction", "llm")
         facts, merged = fx.merge_facts(context.facts, new)
+        limit = session_budget(context, budget)
+        text, shown = fact_lines(facts, limit, run)
         run.note("new_facts", len(new) - merged)
         run.note("merged_facts", merged)
         run.note("facts", len(facts))
-        text, shown = fact_lines(facts, context.resolved_budget(), run)
+        run.note("batch_budget", budget)
+        run.note("checklist_budget", limit)
+        run.note("checklist_facts", len(shown))
         segment = Segment(id="facts", text=text, title="Facts",
                           chunk_ids=tuple(dict.fromkeys(c for f in shown for c in f.chunk_ids)),
                           metadata=frozen_mapping({"fact_ids": [f.id for f in shown]}))
-        return context.evolve(facts=tuple(facts), segments=(segment,) if shown else ())
+        meta = {**context.meta, "checklist": [f.id for f in shown], "checklist_budget": limit}
+        return context.evolve(facts=tuple(facts), segments=(segment,) if shown else (),
+                              meta=frozen_mapping(meta))
 
-    def _llm_facts(self, chunks: list[Chunk], context: Context, run: Run) -> list[Fact] | None:
+    def _llm_facts(self, chunks: list[Chunk], context: Context, budget: int | None,
+                   run: Run) -> list[Fact] | None:
         lang = _lang(chunks)
         content = "\n\n".join(f"[{c.id}] {c.text.strip()}" for c in chunks)
+        count = self.max_facts or max(3, (budget or DEFAULT_BATCH_BUDGET) // 30)
         prompt = fill(template_for(self.prompt, "facts", lang), query=context.query or "",
-                      budget=str(self.max_facts), content=content)
+                      budget=str(count), content=content)
         reply = complete_guarded([Request(prompt, content)], run, check_reply=False)[0]
         if reply is None:
             return None
@@ -117,20 +160,29 @@ class FactCentric(Component):
         if not accepted:
             run.note("llm_declined", "no usable fact in the LLM reply; rule extraction used")
             return None
-        return accepted[: self.max_facts]
+        return accepted[:count]
 
 
 class ChunkFiltering(Component):
-    """Strategy B: keep the ids of the chunks relevant to the query (best first, within the batch
-    budget); the checklist context is their original text, in source order."""
+    """Strategy B: keep the ids of the chunks relevant to the query; the checklist context is their
+    original text, in source order.
+
+    A chunk is as relevant as its best sentence (`facts.scored_sentences`); a batch keeps the chunks
+    at least `threshold` times as relevant as its best and at least `min_score`, best first within
+    the batch budget (`share` of the batch's input tokens when given, within the pipeline budget).
+    Across batches the kept chunks are re-fitted to the session budget (the batch budgets summed,
+    capped at the budget's `max_tokens`): the least relevant go first.
+    """
 
     name = "compress.chunk_filtering"
     stage = "compress"
     requires = ("chunks",)
     provides = ("segments",)
 
-    def __init__(self, *, min_score: float = 0.35, max_chunks: int | None = None,
-                 quarantine: bool = True) -> None:
+    def __init__(self, *, share: float | None = None, threshold: float = 0.35, min_score: float = 0.1,
+                 max_chunks: int | None = None, quarantine: bool = True) -> None:
+        self.share = share
+        self.threshold = threshold
         self.min_score = min_score
         self.max_chunks = max_chunks
         self.quarantine = quarantine
@@ -138,31 +190,54 @@ class ChunkFiltering(Component):
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
         chunks = usable_chunks(context, run, self.quarantine)
-        value = {c.id: score_value(c, "combined") for c in chunks}
-        relevance = {c.id: float(c.scores.get("relevance", 1.0)) for c in chunks}
-        top = max(value.values(), default=0.0)
-        ranked = sorted(chunks, key=lambda c: (-value[c.id], c.source_id, c.index))
-        limit = context.resolved_budget() or DEFAULT_BATCH_BUDGET
+        value: dict[str, float] = {}
+        for cand in fx.scored_sentences(chunks, context.query, run.counter, titles=_titles(context),
+                                        max_tokens=None):
+            value[cand.chunk.id] = max(value.get(cand.chunk.id, 0.0), cand.relevance)
+        best = max(value.values(), default=0.0)
+        bar = max(self.min_score, self.threshold * best)
+        ranked = sorted((c for c in chunks if value.get(c.id, 0.0) >= bar and best > 0),
+                        key=lambda c: (-value[c.id], c.source_id, c.index))
+        limit = batch_budget(context, self.share) or DEFAULT_BATCH_BUDGET
         kept: list[Chunk] = []
         used = 0
         for chunk in ranked:
-            weak = value[chunk.id] < self.min_score * top or (context.query and relevance[chunk.id] <= 0)
-            if top <= 0 or weak:
-                break
             if self.max_chunks is not None and len(kept) >= self.max_chunks:
                 break
             if used + chunk.tokens > limit:
                 continue
             kept.append(chunk)
             used += chunk.tokens
+        scores = {str(k): list(v) for k, v in dict(context.meta.get("chunk_scores") or {}).items()}
+        scores.update({c.id: [round(value[c.id], 4), c.tokens] for c in kept})
         previous = list(context.meta.get("kept_chunk_ids", ()))
-        ids = list(dict.fromkeys([*previous, *(c.id for c in kept)]))
+        found = list(dict.fromkeys([*previous, *(c.id for c in kept)]))
+        session = session_budget(context, limit)
+        fitted = _fit_ids(found, scores, session)
+        ids = [i for i in found if i in fitted]
         run.note("kept_chunks", len(kept))
         run.note("total_kept_chunks", len(ids))
         run.note("chunk_ids", [c.id for c in kept])
+        run.note("batch_budget", limit)
+        run.note("checklist_budget", session)
         segments = segments_for(context, [Kept(c, c.start, c.end) for c in kept])
-        return context.evolve(segments=segments,
-                              meta=frozen_mapping({**context.meta, "kept_chunk_ids": ids}))
+        meta = {**context.meta, "kept_chunk_ids": ids, "checklist_budget": session,
+                "chunk_scores": {i: scores[i] for i in ids if i in scores}}
+        return context.evolve(segments=segments, meta=frozen_mapping(meta))
+
+
+def _fit_ids(ids: Sequence[str], scores: dict[str, list[float]], budget: int | None) -> set[str]:
+    """The most relevant of `ids` whose token counts fit `budget` (ids without a recorded score, from
+    sessions older than scores, are kept and not counted)."""
+    if budget is None:
+        return set(ids)
+    fitted = {i for i in ids if i not in scores}
+    used = 0
+    for i in sorted((i for i in ids if i in scores), key=lambda i: -scores[i][0]):
+        if used + int(scores[i][1]) <= budget:
+            fitted.add(i)
+            used += int(scores[i][1])
+    return fitted
 
 
 class Summarization(Component):

@@ -314,7 +314,10 @@ def _llm_pipeline(tmp_path: Path, server: FakeOpenAI) -> Path:
     text = (REPO / "pipelines" / "deep-search.yaml").read_text()
     llm = f"{{model: m, base_url: '{server.base_url}', api_key: sk-test, max_retries: 0}}"
     text = text.replace("steps:\n", f"store: {{path: {tmp_path / 'llm.sqlite'}}}\nllm: {llm}\nsteps:\n")
-    text = text.replace("with: {max_facts: 40}", "with: {max_facts: 40, llm: true}")
+    step = "  - use: compress.fact_centric\n"
+    assert step in text
+    head, tail = text.split(step)
+    text = head + step + "    with: {llm: true}\n" + tail.split("\n", 1)[1]
     path = tmp_path / "deep-llm.yaml"
     path.write_text(text)
     return path
