@@ -19,10 +19,10 @@ from compactor.components import Component
 from compactor.document import Chunk, Context, Segment, Source, TranscriptSegment, chunk_id, frozen_mapping
 from compactor.hookspecs import hookimpl
 from compactor.plugins import facts as fx
-from compactor.plugins import textstats as ts
 from compactor.plugins.chunkers import paragraph_cut, source_chunks
 from compactor.plugins.llm_fallback import fill, template_for
 from compactor.plugins.llm_guard import Request, complete_guarded
+from compactor.plugins.relevance import index_terms
 from compactor.plugins.scorers import bm25_scores
 from compactor.run import Run
 from compactor.sentences import split_sentences
@@ -209,7 +209,7 @@ class HierarchicalOrganizer(Component):
         """Best segments first (question relevance, information, neighbours), every file's best one
         before any file's second, while the compressed layout fits."""
         everything = [line for s in files for line in lines[s.id]]
-        docs = [ts.terms(line.segment.text) for line in everything]
+        docs = [list(index_terms(line.segment.text)) for line in everything]
         query_terms = match_terms(query or "")
         raw, _ = bm25_scores(docs, query_terms, 1.2, 0.75) if query_terms else ([0.0] * len(docs), {})
         top = max(raw, default=0.0) or 1.0
@@ -293,7 +293,7 @@ class HierarchicalOrganizer(Component):
 def match_terms(query: str) -> list[str]:
     """The question's index terms; for Chinese, its character bigrams without the single characters
     (a single common character matches nearly every line)."""
-    found = ts.terms(query)
+    found = list(index_terms(query))
     han_bigrams = [t for t in found if len(t) == 2 and all("\u4e00" <= ch <= "\u9fff" for ch in t)]
     if not han_bigrams:
         return found
@@ -324,7 +324,7 @@ def excerpt(text: str, query_terms: Sequence[str], room: int, measure: Callable[
     spans = split_sentences(text)
     sentences = [" ".join(text[a:b].split()) for a, b in spans]
     sentences = [x for x in sentences if x]
-    scores, _ = bm25_scores([ts.terms(x) for x in sentences], query_terms, 1.2, 0.75)
+    scores, _ = bm25_scores([list(index_terms(x)) for x in sentences], query_terms, 1.2, 0.75)
     ranked = sorted(range(len(sentences)), key=lambda n: (-scores[n], -fx.information(sentences[n]), n))
     chosen: list[int] = []
     for n in ranked:
