@@ -167,13 +167,14 @@ def synthetic_paragraphs(count: int, seed: int, near_share: float = 0.0) -> list
     """Short paragraphs of 8-40 words from a Zipf-like vocabulary (common words and bigrams recur in
     many of them), English or Chinese; `near_share` of them are edited copies of earlier ones, with
     0-3 words changed (some above a threshold, some below)."""
+    import itertools
     import random
 
     rng = random.Random(seed)
     vocabulary = [f"w{i}" for i in range(6000)]
-    weights = [1 / (i + 10) for i in range(len(vocabulary))]
+    weights = list(itertools.accumulate(1 / (i + 10) for i in range(len(vocabulary))))
     han = [chr(0x4E00 + i) for i in range(3000)]
-    han_weights = [1 / (i + 5) for i in range(len(han))]
+    han_weights = list(itertools.accumulate(1 / (i + 5) for i in range(len(han))))
     out: list[str] = []
     while len(out) < count:
         if out and rng.random() < near_share:
@@ -182,9 +183,10 @@ def synthetic_paragraphs(count: int, seed: int, near_share: float = 0.0) -> list
                 words[rng.randrange(len(words))] = rng.choice(vocabulary)
             out.append(" ".join(words))
         elif rng.random() < 0.2:
-            out.append(" ".join(rng.choices(han, han_weights, k=rng.randint(14, 60))))
+            out.append(" ".join(rng.choices(han, cum_weights=han_weights, k=rng.randint(14, 60))))
         else:
-            out.append(" ".join(["the", *rng.choices(vocabulary, weights, k=rng.randint(8, 40)), "end"]))
+            words = rng.choices(vocabulary, cum_weights=weights, k=rng.randint(8, 40))
+            out.append(" ".join(["the", *words, "end"]))
     return out
 
 
