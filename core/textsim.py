@@ -1,19 +1,30 @@
-"""Near-duplicate detection: word shingles, one-permutation MinHash and LSH band keys.
+"""Near-duplicate detection: word shingles, one-permutation MinHash and LSH band keys, and an
+exact Jaccard index.
 
-Used by `clean.dedupe` (paragraphs within a run) and by the chunk store (pages across batches and
-processes). `stable=True` hashes with BLAKE2b so signatures mean the same in every process; the
-default uses Python's `hash`, which is faster but salted per process.
+The chunk store (pages across batches and processes) keeps MinHash signatures and LSH band keys.
+`stable=True` hashes with BLAKE2b so signatures mean the same in every process; the default uses
+Python's `hash`, which is faster but salted per process.
+
+`clean.dedupe` (paragraphs within a run) uses `JaccardIndex`, which finds every earlier set at or
+above the threshold without estimating: prefix filtering, rarest shingles first (Bayardo et al.,
+"Scaling up all pairs similarity search", 2007). MinHash with LSH put every short paragraph in one
+bucket, because their one-permutation signatures are mostly empty bins of the same value, so the
+comparisons grew with the square of the input.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+import re
 import struct
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 import regex
 
 WORDS = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]|[\p{L}\p{N}]+")
+_ASCII_WORDS = re.compile(r"[a-z0-9]+")  # WORDS on lower-cased ASCII text
 BINS = 64
 BANDS = 16
 ROWS = BINS // BANDS
@@ -23,8 +34,16 @@ _PACK = struct.Struct(f"<{BINS}Q")
 
 
 def words(text: str) -> list[str]:
-    """Lower-cased words; every CJK character is a word of its own."""
-    return [w.lower() for w in WORDS.findall(text)]
+    """Lower-cased words; every CJK character is a word of its own.
+
+    The text is lower-cased once, before the split: `str.lower` maps every character alone, to
+    one character of the same class (letter, number, CJK, other), except U+0130 (to two) and
+    U+03A3 (final sigma, by context), so the words are the same as lower-casing each word."""
+    if text.isascii():
+        return _ASCII_WORDS.findall(text.lower())
+    if "\u0130" in text or "\u03a3" in text:
+        return [w.lower() for w in WORDS.findall(text)]
+    return WORDS.findall(text.lower())
 
 
 def _stable_hash(text: str) -> int:
@@ -34,10 +53,13 @@ def _stable_hash(text: str) -> int:
 
 def shingles(tokens: Sequence[str], width: int = 2, *, stable: bool = False) -> set[int]:
     """Hashes of the word `width`-grams of a text (the whole text when it is shorter)."""
-    hasher = _stable_hash if stable else hash
+    if not stable:  # hashes of word tuples: the same sets, without joining strings
+        if len(tokens) < width:
+            return {hash(tuple(tokens))}
+        return set(map(hash, zip(*(tokens[i:] for i in range(width)), strict=False)))
     if len(tokens) < width:
-        return {hasher(" ".join(tokens))}
-    return {hasher(" ".join(tokens[i:i + width])) for i in range(len(tokens) - width + 1)}
+        return {_stable_hash(" ".join(tokens))}
+    return {_stable_hash(" ".join(tokens[i:i + width])) for i in range(len(tokens) - width + 1)}
 
 
 def minhash(hashes: Iterable[int]) -> tuple[int, ...]:
@@ -87,3 +109,103 @@ def pack(sig: Sequence[int]) -> bytes:
 def unpack(data: bytes) -> tuple[int, ...]:
     """The inverse of `pack`."""
     return _PACK.unpack(data)
+
+
+def jaccard(a: set[int], b: set[int]) -> float:
+    """|a & b| / |a | b| (1.0 for two empty sets)."""
+    common = len(a & b)
+    union = len(a) + len(b) - common
+    return common / union if union else 1.0
+
+
+def shingle_counts(sets: Iterable[set[int]]) -> Counter[int]:
+    """How many of `sets` hold each shingle: the frequency `JaccardIndex` orders prefixes by."""
+    counts: Counter[int] = Counter()
+    for shingles in sets:
+        counts.update(shingles)
+    return counts
+
+
+class JaccardIndex:
+    """Non-empty sets added one by one; `near` tells whether an added set has Jaccard similarity >=
+    threshold with a given one. Exact: no estimate, every such set is found.
+
+    Each set is indexed under its prefix: its rarest shingles (by `frequency`, ties by value), as
+    many as a set at the threshold can miss, plus one. Two sets at or above the threshold share a
+    shingle in their prefixes, so only sets met in the posting lists of the query's prefix are
+    compared, and only when their sizes allow the threshold. `frequency` (`shingle_counts` of every
+    set that will be added or looked up) puts rare shingles first, so posting lists stay short,
+    and tells which shingles only one set holds: those are skipped, so a distinct paragraph, whose
+    prefix is all its own shingles, is neither looked up nor indexed. Without `frequency`
+    shingles go by value. `comparisons` counts the Jaccard computations.
+    """
+
+    def __init__(self, threshold: float, frequency: Counter[int] | None = None) -> None:
+        if not 0 < threshold <= 1:
+            raise ValueError("threshold must be in (0, 1]")
+        self.threshold = threshold
+        self.frequency = frequency
+        self._shared = None if frequency is None else {s for s, n in frequency.items() if n > 1}
+        self.comparisons = 0
+        self._sets: list[set[int]] = []
+        self._postings: dict[int, list[int]] = {}
+
+    def _overlap(self, size: int) -> int:
+        """The fewest shared shingles a set of `size` needs with a set at the threshold (the
+        epsilon keeps float rounding of threshold * size from asking for one too many)."""
+        return max(1, math.ceil(self.threshold * size - 1e-9))
+
+    def _prefix(self, shingles: set[int]) -> list[int]:
+        length = len(shingles) - self._overlap(len(shingles)) + 1
+        if self._shared is None or self.frequency is None:
+            return sorted(shingles)[:length]
+        shared = shingles & self._shared
+        length -= len(shingles) - len(shared)  # the set's own shingles come first in the order
+        if length <= 0:
+            return []
+        ordered = sorted(shared)
+        ordered.sort(key=self.frequency.__getitem__)  # stable: rarest first, ties by value
+        return ordered[:length]
+
+    def near(self, shingles: set[int]) -> bool:
+        """Whether an added set is at or above the threshold with `shingles`."""
+        return self._near(shingles, self._prefix(shingles))
+
+    def _near(self, shingles: set[int], prefix: list[int]) -> bool:
+        size = len(shingles)
+        seen: set[int] = set()
+        sets, postings, threshold = self._sets, self._postings, self.threshold
+        for shingle in prefix:
+            for index in postings.get(shingle, ()):
+                if index in seen:
+                    continue
+                seen.add(index)
+                other = sets[index]
+                small, large = sorted((size, len(other)))
+                if small < self._overlap(large):  # |a & b| <= small, and needs >= t * large
+                    continue
+                self.comparisons += 1
+                common = len(shingles & other)
+                if common / (size + len(other) - common) >= threshold:
+                    return True
+        return False
+
+    def add(self, shingles: set[int]) -> None:
+        """Index a set (kept by reference: do not change it afterwards)."""
+        self._add(shingles, self._prefix(shingles))
+
+    def _add(self, shingles: set[int], prefix: list[int]) -> None:
+        if not prefix:  # no other set can share a prefix shingle with it
+            return
+        index = len(self._sets)
+        self._sets.append(shingles)
+        for shingle in prefix:
+            self._postings.setdefault(shingle, []).append(index)
+
+    def add_unless_near(self, shingles: set[int]) -> bool:
+        """True when `shingles` is near an added set; otherwise adds it and returns False."""
+        prefix = self._prefix(shingles)
+        if self._near(shingles, prefix):
+            return True
+        self._add(shingles, prefix)
+        return False

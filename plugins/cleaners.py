@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import unicodedata
 from typing import Literal
 
@@ -120,23 +119,38 @@ class DedupeCleaner(Component):
 
     @hookimpl
     def compactor_clean(self, context: Context, run: Run) -> Context:
-        exact: set[str] = set()
-        buckets: dict[tuple[int, tuple[int, ...]], list[set[int]]] = {}
-        dropped_exact = dropped_near = 0
-        sources: list[Source] = []
+        # first pass: each paragraph's words and shingles; no key marks a paragraph kept as is
+        parsed: list[list[tuple[str, str | None, set[int]]]] = []
+        first: dict[str, set[int]] = {}  # shingles of the first paragraph with each text
         for source in context.sources:
-            kept: list[str] = []
+            paragraphs: list[tuple[str, str | None, set[int]]] = []
             for paragraph in _PARAGRAPHS.split(source.text):
                 words = textsim.words(paragraph)
                 if len(paragraph.strip()) < self.min_chars or not words:
+                    paragraphs.append((paragraph, None, set()))
+                    continue
+                key = " ".join(words)
+                shingles = first.get(key)
+                if shingles is None:
+                    shingles = first[key] = textsim.shingles(words) if self.near else set()
+                paragraphs.append((paragraph, key, shingles))
+            parsed.append(paragraphs)
+        # the index looks shingles up rarest first, and skips those only one paragraph holds
+        index = textsim.JaccardIndex(self.threshold, textsim.shingle_counts(first.values()))
+        exact: set[str] = set()
+        dropped_exact = dropped_near = 0
+        sources: list[Source] = []
+        for source, paragraphs in zip(context.sources, parsed, strict=True):
+            kept: list[str] = []
+            for paragraph, key, shingles in paragraphs:
+                if key is None:
                     kept.append(paragraph)
                     continue
-                key = hashlib.sha1(" ".join(words).encode()).hexdigest()
                 if key in exact:
                     dropped_exact += 1
                     continue
                 exact.add(key)
-                if self.near and self._near_duplicate(words, buckets):
+                if self.near and index.add_unless_near(shingles):
                     dropped_near += 1
                     continue
                 kept.append(paragraph)
@@ -144,17 +158,5 @@ class DedupeCleaner(Component):
             sources.append(source if text == source.text else source.with_text(text))
         run.note("dropped_exact", dropped_exact)
         run.note("dropped_near", dropped_near)
+        run.note("comparisons", index.comparisons)
         return context.evolve(sources=tuple(sources))
-
-    def _near_duplicate(self, words: list[str],
-                        buckets: dict[tuple[int, tuple[int, ...]], list[set[int]]]) -> bool:
-        shingles = textsim.shingles(words)
-        signature = textsim.minhash(shingles)
-        keys = [(band, signature[band * 4:band * 4 + 4]) for band in range(16)]
-        for key in keys:
-            for other in buckets.get(key, ()):
-                if len(shingles & other) / len(shingles | other) >= self.threshold:
-                    return True
-        for key in keys:
-            buckets.setdefault(key, []).append(shingles)
-        return False
