@@ -69,7 +69,7 @@ class Settings:
     passage_weight: float = 0.3
     neighbor_weight: float = 0.1
     lead_weight: float = 0.1
-    answer_type: float = 0.1
+    answer_type: float = 0.2
     hops: int = 2
     hop_seeds: int = 5
     hop_decay: float = 0.9

@@ -122,7 +122,7 @@ class RelevanceScorer(Component):
     provides = ("scores",)
 
     def __init__(self, *, k1: float = 1.2, b: float = 0.75, passage_weight: float = 0.3,
-                 neighbor_weight: float = 0.1, lead_weight: float = 0.1, answer_type: float = 0.1,
+                 neighbor_weight: float = 0.1, lead_weight: float = 0.1, answer_type: float = 0.2,
                  hops: int = 2, hop_seeds: int = 5, bridge_terms: int = 4) -> None:
         self.settings = rel.Settings(k1=k1, b=b, passage_weight=passage_weight,
                                      neighbor_weight=neighbor_weight, lead_weight=lead_weight,
