@@ -42,8 +42,9 @@ def _hits(english: regex.Pattern[str], chinese: regex.Pattern[str], text: str) -
     return found + len(chinese.findall(text)) if _HAN.search(text) else found
 
 
-def _chunk_terms(chunks: Sequence[Chunk]) -> list[list[str]]:
-    return [ts.terms(c.text) for c in chunks]
+def _chunk_terms(chunks: Sequence[Chunk]) -> list[tuple[str, ...]]:
+    """The chunks' terms, the relevance engine's (one tokenisation per chunk for every scorer)."""
+    return [rel.index_terms(c.text) for c in chunks]
 
 
 class DensityScorer(Component):
@@ -70,9 +71,8 @@ class DensityScorer(Component):
                 "entities": len(sig.entities),
                 "identifiers": len(sig.identifiers) + sig.url_hits,
             }
-            words = ts.words(text)
-            content = len(ts.terms(text))
-            content_ratio = min(1.0, content / max(len(words), 1))
+            content = len(rel.index_terms(text))
+            content_ratio = min(1.0, content / max(ts.word_count(text), 1))
             facts_per_100 = 100.0 * sum(found.values()) / tokens
             boiler = _hits(_BOILERPLATE_EN, _BOILERPLATE_ZH, text)
             penalty = min(0.8, 0.25 * boiler)

@@ -35,6 +35,12 @@ DATE = regex.compile(
     r"|\d{2,4}年(?:\d{1,2}月(?:\d{1,2}[日号])?)?|\d{1,2}月\d{1,2}[日号]",
     regex.IGNORECASE,
 )
+# DATE's alternatives without month names: what DATE can match in a text with no month name.
+_DATE_DIGITS = regex.compile(
+    r"\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b|\b(?:1[5-9]|20)\d{2}\b"
+    r"|\d{2,4}年(?:\d{1,2}月(?:\d{1,2}[日号])?)?|\d{1,2}月\d{1,2}[日号]"
+)
+_MONTH_HINT = regex.compile(r"(?i)\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)")
 UNIT = regex.compile(
     r"\b\d+(?:\.\d+)?\s?(?:ms|s|sec|min|h|hrs?|days?|KB|MB|GB|TB|PB|kb|mb|gb|tb|Hz|kHz|MHz|GHz|"
     r"km|m|cm|mm|kg|g|mg|lb|°C|°F|px|rpm|qps|rps|ops|fps|USD|EUR|RMB|dollars|euros|percent)\b"
@@ -147,6 +153,11 @@ def words(text: str) -> list[str]:
     return out
 
 
+def word_count(text: str) -> int:
+    """len(words(text)) without building the list."""
+    return sum(len(t) if _is_han(t[0]) else 1 for t in _TOKEN.findall(text))
+
+
 def entities(text: str) -> set[str]:
     """Names, acronyms and quoted Chinese terms: what a summary must not lose or invent."""
     return set(signals(text).entities)
@@ -181,26 +192,42 @@ class Signals:
     structure: frozenset[str]  # headings and code snippets (first 40 characters)
 
 
+_DIGIT = regex.compile(r"\d")
+_NO_HITS: tuple[str, ...] = ()
+
+
 @functools.lru_cache(maxsize=32768)
 def signals(text: str) -> Signals:
-    """The numbers, dates, units, names, identifiers and structure of a text (cached per text)."""
-    number_tokens = NUMBER.findall(text)
-    date_tokens = DATE.findall(text)
+    """The numbers, dates, units, names, identifiers and structure of a text (cached per text).
+
+    Each pattern runs only where what it needs is present (a digit for numbers, dates and units, a
+    backtick for code, a URL prefix...): most sentences hold few of these, and the patterns cost
+    their scan of every position."""
+    digits = _DIGIT.search(text) is not None
+    number_tokens = NUMBER.findall(text) if digits else _NO_HITS
+    month = digits and _MONTH_HINT.search(text) is not None
+    date_tokens = (DATE.findall(text) if month else _DATE_DIGITS.findall(text)) if digits else _NO_HITS
     acronyms = frozenset(ACRONYM.findall(text))
     names = {m.strip() for m in NAME.findall(text) if len(m.strip()) > 2}
+    has_url = "http" in text or "www." in text
     return Signals(
         numbers=frozenset(normalise_number(t) for t in number_tokens),
         number_hits=len(number_tokens),
         dates=frozenset(d.lower() for d in date_tokens),
         date_hits=len(date_tokens),
-        unit_hits=len(UNIT.findall(text)),
-        entities=frozenset(names | acronyms | set(QUOTED_ZH.findall(text))),
+        unit_hits=len(UNIT.findall(text)) if digits else 0,
+        entities=frozenset(names | acronyms | (set(QUOTED_ZH.findall(text)) if _has_quote(text) else set())),
         identifiers=frozenset(IDENTIFIER.findall(text)) if _IDENTIFIER_HINT.search(text) else frozenset(),
         acronyms=acronyms,
-        url_hits=len(URL.findall(text)),
-        structure=frozenset({m.strip() for m in HEADING.findall(text)}
-                            | {m[:40] for m in CODE.findall(text)}),
+        url_hits=len(URL.findall(text)) if has_url else 0,
+        structure=frozenset(({m.strip() for m in HEADING.findall(text)} if ("\n" in text or "#" in text)
+                             else set())
+                            | ({m[:40] for m in CODE.findall(text)} if "`" in text else set())),
     )
+
+
+def _has_quote(text: str) -> bool:
+    return "“" in text or "「" in text or "《" in text or "『" in text
 
 
 def count_all(patterns: Iterable[regex.Pattern[str]], text: str) -> int:

@@ -11,10 +11,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import regex
+
 from compactor.components import Component, score_value
 from compactor.document import Chunk, Context
 from compactor.hookspecs import hookimpl
 from compactor.plugins import textstats as ts
+from compactor.plugins.relevance import index_terms
 from compactor.run import Run
 
 LEVELS = ("minimal", "acceptable", "moderate", "severe")
@@ -47,13 +50,14 @@ def loss_report(context: Context, min_retention: float = 0.5,
     chunks = list(context.chunks)
     kept_text = "\n".join(s.text for s in context.segments) if context.segments else (
         context.output or "")
-    kept_terms = set(ts.terms(kept_text))
+    kept_terms = set(index_terms(kept_text))
     kept_numbers = ts.numbers(kept_text)
     kept_lower = kept_text.lower()
+    in_kept = _finder(kept_lower)
     weight = _weights(chunks)
-    chunk_terms = {c.id: ts.terms(c.text) for c in chunks}
+    chunk_terms = {c.id: index_terms(c.text) for c in chunks}
     sig = {c.id: ts.signals(c.text) for c in chunks}
-    query = set(ts.terms(context.query or ""))
+    query = set(index_terms(context.query or ""))
     df: Counter[str] = Counter()
     for terms in chunk_terms.values():
         df.update(set(terms))
@@ -68,14 +72,12 @@ def loss_report(context: Context, min_retention: float = 0.5,
                               lambda i: i in kept_terms),
         "technical_terms": _category(
             {cid: s.identifiers | s.acronyms for cid, s in sig.items()},
-            weight, lambda i: i.lower() in kept_lower),
+            weight, in_kept),
         "numbers_dates": _category(
             {cid: s.numbers | s.dates for cid, s in sig.items()},
-            weight, lambda i: i in kept_numbers or i in kept_lower),
-        "entities": _category({cid: s.entities for cid, s in sig.items()}, weight,
-                              lambda i: i.lower() in kept_lower),
-        "structure": _category(
-            {cid: s.structure for cid, s in sig.items()}, weight, lambda i: i.lower() in kept_lower),
+            weight, lambda i: i in kept_numbers or in_kept(i)),
+        "entities": _category({cid: s.entities for cid, s in sig.items()}, weight, in_kept),
+        "structure": _category({cid: s.structure for cid, s in sig.items()}, weight, in_kept),
     }
     used = {k: v for k, v in categories.items() if v["items"]}
     total_w = sum(CATEGORY_WEIGHTS[k] for k in used)
@@ -94,6 +96,23 @@ def loss_report(context: Context, min_retention: float = 0.5,
         level = "severe"
     return {"level": level, "retention": round(retention, 4), "passed": retention >= min_retention,
             "important_lost": important_lost, "categories": categories}
+
+
+_WORD = regex.compile(r"\w+")
+
+
+def _finder(kept_lower: str) -> Callable[[str], bool]:
+    """Whether an item occurs (case-insensitively) in the kept text. An ASCII item with a word the
+    kept text does not have is absent without a scan of the kept text (most lost items)."""
+    kept_words = frozenset(_WORD.findall(kept_lower))
+
+    def present(item: str) -> bool:
+        low = item.lower()
+        if low.isascii() and any(w not in kept_words for w in _WORD.findall(low)[1:-1]):
+            return False
+        return low in kept_lower
+
+    return present
 
 
 def _kept_ids(context: Context) -> set[str]:
