@@ -122,7 +122,7 @@ def warm_up(pipelines: Iterable[str] = ("qa", "generic")) -> None:
 
     for name in pipelines:
         for text in WARM_TEXTS:
-            compactor.compress(text, query="when did the pump restart?", budget=20, pipeline=name)
+            compactor.compress(text, query="when did the pump restart?", budget=8, pipeline=name)
 
 
 def cold(pipelines: Iterable[str] = ("qa", "generic"),

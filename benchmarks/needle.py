@@ -83,6 +83,10 @@ MONTHS = ["January", "February", "March", "April", "May", "June", "July", "Augus
           "November", "December"]
 SEED_PLACES = ["Skelmorlie", "Aviemore", "Kirkwall", "Portree", "Dornoch", "Lerwick", "Tobermory", "Ullapool",
                "Stornoway", "Wick", "Thurso", "Brora"]
+ZH_PEOPLE = ["王建国", "李晓梅", "张伟", "陈静", "刘洋", "赵敏", "孙磊", "周婷", "吴楠", "郑凯"]
+EN_ASIDES = [", {p} said.", ", according to a report from {y}.", ", the local paper wrote in {y}.",
+             ", staff told visitors.", ", as the annual review noted."]
+ZH_ASIDES = ["据{p}说，", "{y}年的一份报告称，", "当地报纸写道，", "工作人员告诉来访者，", "年度回顾提到，"]
 ZH_CITIES = ["苏州", "洛阳", "泉州", "大理", "桂林", "扬州", "绍兴", "开封", "丽江", "敦煌", "景德镇", "赣州",
              "襄阳", "潮州", "遵义", "延吉"]
 ZH_TOWNS = ["青石镇", "白沙湾", "云水乡", "东岭村", "南浦镇", "柳林堡", "石门镇", "金沙渡", "清溪镇",
@@ -137,13 +141,18 @@ class Family:
                       self.answer.format(v=value), self.name), entity
 
     def distractor(self, rng: random.Random, entity: str, avoid: Sequence[str]) -> str:
-        """One distractor: 35 % echo, 25 % stuffed, 40 % others; never containing an `avoid` string."""
+        """One distractor: 35 % echo, 25 % stuffed, 40 % others; half of them with an aside ("...,
+        staff told visitors.") so few are exact repeats; never containing an `avoid` string."""
         zh = self.lang == "zh"
+        people = ZH_PEOPLE if zh else PEOPLE
         kind = rng.choices([self.echo, self.stuffed, self.others], weights=DISTRACTOR_MIX)[0]
         while True:
             other = rng.choice([e for e in self.entities if e != entity])
             text = rng.choice(kind).format(e=entity, o=other, v=self.value(rng), y=_year(rng),
-                                           p=rng.choice(PEOPLE))
+                                           p=rng.choice(people))
+            if rng.random() < 0.5:
+                aside = rng.choice(ZH_ASIDES if zh else EN_ASIDES).format(p=rng.choice(people), y=_year(rng))
+                text = aside + text if zh else text[:-1] + aside
             if not any(norm(a, zh) in norm(text, zh) for a in avoid):
                 return text
 
