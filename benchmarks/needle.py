@@ -31,7 +31,10 @@ Needles and distractors
     ("The access code for the Oslo archive vault is 5512-M."), another attribute of the same entity
     ("The Lisbon archive vault was built in 1931."), or the key word in another sense ("the pole vault
     final").
-    Target: all needles kept in at least 90 % of the trials (the issue says BM25 keeps about 7 %).
+    Target: all needles kept in at least 90 % of the trials. (The issue says BM25 keeps about 7 %;
+    here, where each needle restates its question's words, BM25 keeps most single needles and loses
+    them when the echo and stuffed sentences of two or three questions outgrow the budget: at commit
+    9270ec2 it kept all needles in 63 % of the English trials and 10 % of the Chinese ones.)
 
 Usage::
 
