@@ -16,9 +16,14 @@ What is measured
 
     Compactor's chunkers return character offsets; the benchmark slices the chunk strings inside
     the timed region so every contestant delivers the same thing (a list of chunk texts).
-    Peers are constructed outside the timed region. Each contestant is warmed up once on a small
-    slice, then timed best-of-N (``--repeat``); CPU seconds of the best run are shown next to wall
-    seconds (CPU > wall means threads ran in parallel, e.g. tiktoken's batch encoders).
+    Peers are constructed outside the timed region. Timing (``measure.py``): CPU time of the
+    process (``time.process_time``, all threads), the median of ``--repeat`` runs, contestants
+    interleaved round by round (order rotated each round) so a busy patch of the shared machine
+    hits all of them alike, and before every timed run compactor's functools caches are emptied
+    and every contestant runs once on a few hundred characters of other text (so setup such as
+    the Punkt model is paid, per-text work is not cached). MB/s = input MB / median CPU seconds.
+    (The earlier version timed best-of-3 wall clock, one contestant after another, which is how
+    ``chunk.tokens`` could print faster than the bare encode it performs.)
     Chunk sizes are re-counted afterwards with the same encoding (mean / max tokens per chunk).
     "peak MB" is the peak Python-heap allocation (tracemalloc) of one extra, untimed run, for the
     first table only unless ``--memory all`` (it excludes tiktoken's Rust-side buffers; the
@@ -38,7 +43,7 @@ Corpus
 
 Usage::
 
-    python benchmarks/chunking.py [--mb 5] [--repeat 3] [--corpus mixed,en,zh] [--mode text[,docs]]
+    python benchmarks/chunking.py [--mb 2] [--repeat 5] [--corpus mixed,en,zh] [--mode text[,docs]]
                                   [--memory headline|all|none] [--profile]
 
 Peers come from the ``bench`` extra: ``pip install '.[bench]'``; missing ones are skipped.
@@ -48,13 +53,12 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import gc
 import io
-import os
 import pstats
 import statistics
 import sys
-import time
 import tracemalloc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -63,6 +67,7 @@ from typing import Any
 
 import tiktoken
 from evaldata import REPO_ROOT, eval_dir, read_jsonl
+from measure import cold, interleaved, median, print_environment
 
 import compactor
 from compactor.plugins.chunking import pack_units, token_windows
@@ -77,6 +82,8 @@ MISSING = "not installed (pip install '.[bench]')"
 CHONKIE_DELIMS = [". ", "! ", "? ", "\n", "。", "！", "？"]
 PIPELINE_YAML = f"version: 1\nsteps:\n  - use: chunk.sentences\n    with: {{size: {SIZE}}}\n"
 WARMUP_CHARS = 200_000
+COLD_TEXT = ("Cold start. The pump restarted at noon after the valve was replaced. " * 4
+             + "冷启动。阀门更换后，水泵在中午重新启动。" * 4)
 CORPORA = ("mixed", "en", "zh")
 MODES = ("text", "docs")
 TARGETS: tuple[tuple[str, str, float], ...] = (
@@ -233,14 +240,13 @@ class Result:
     key: str
     label: str
     mb_per_s: float | None = None
-    wall: float | None = None
     cpu: float | None = None
     chunks: int | None = None
     mean_tokens: float | None = None
     max_tokens: int | None = None
     peak_mb: float | None = None
     note: str = ""
-    walls: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)
 
 
 def traced_run(fn: Callable[[Any], list[str]], payload: Any) -> tuple[float, list[str]]:
@@ -255,42 +261,9 @@ def traced_run(fn: Callable[[Any], list[str]], payload: Any) -> tuple[float, lis
     return peak / 1e6, chunks
 
 
-def measure(key: str, label: str, fn: Callable[[Any], list[str]], payload: Any, warm: Any,
-            nbytes: int, repeat: int, enc: Any, makes_chunks: bool, memory: bool) -> Result:
-    """Warm up on `warm`, best-of-`repeat` on `payload`, then optionally one traced run for memory."""
-    result = Result(key, label)
-    try:
-        fn(warm)
-        chunks: list[str] = []
-        best_cpu = 0.0
-        for _ in range(repeat):
-            chunks = []
-            gc.collect()
-            cpu0, wall0 = time.process_time(), time.perf_counter()
-            chunks = fn(payload)
-            wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-            result.walls.append(wall)
-            if wall == min(result.walls):
-                best_cpu = cpu
-        if memory:
-            del chunks
-            result.peak_mb, chunks = traced_run(fn, payload)
-    except Exception as exc:  # a peer failing on real text is a result, not a crash
-        result.note = f"failed: {type(exc).__name__}: {exc}"[:100]
-        return result
-    result.wall, result.cpu = min(result.walls), best_cpu
-    result.mb_per_s = nbytes / 1e6 / result.wall
-    if makes_chunks:
-        sizes = [len(ids) for ids in enc.encode_ordinary_batch(chunks)] if chunks else [0]
-        result.chunks = len(chunks)
-        result.mean_tokens = statistics.fmean(sizes)
-        result.max_tokens = max(sizes)
-    return result
-
-
 def run_table(contestants: list[Contestant], corpus: str, mode: str, docs: list[str], repeat: int,
               enc: Any, memory: bool) -> dict[str, Result]:
-    """Time every contestant on one corpus in one mode and print the table."""
+    """Time every contestant on one corpus in one mode (interleaved, CPU medians) and print the table."""
     text = "\n\n".join(docs)
     nbytes = len(text.encode("utf-8"))
     warm_docs: list[str] = []
@@ -301,23 +274,51 @@ def run_table(contestants: list[Contestant], corpus: str, mode: str, docs: list[
            else f"one call per document ({len(docs):,} calls; pipeline: one run over all as sources)")
     print(f"\n== corpus={corpus}  {nbytes / 1e6:.2f} MB UTF-8, {len(text):,} chars, "
           f"{ntokens:,} cl100k tokens, {len(docs):,} documents")
-    print(f"   mode={mode}: {how}; best of {repeat}")
+    print(f"   mode={mode}: {how}; median CPU of {repeat} interleaved runs, cold caches")
     results: dict[str, Result] = {}
+    fns: dict[str, Callable[[Any], list[str]]] = {}
     for c in contestants:
         if c.skip is not None:
             results[c.key] = Result(c.key, c.label, note=c.skip)
             continue
-        if mode == "text":
-            assert c.text_fn is not None
-            fn: Callable[[Any], list[str]] = c.text_fn
-            payload: Any = text
-            warm: Any = text[:WARMUP_CHARS]
-        else:
-            docs_fn = c.for_docs()
-            assert docs_fn is not None
-            fn, payload, warm = docs_fn, docs, warm_docs
-        results[c.key] = measure(c.key, c.label, fn, payload, warm, nbytes, repeat, enc, c.makes_chunks,
-                                  memory)
+        fn = c.text_fn if mode == "text" else c.for_docs()
+        assert fn is not None
+        payload: Any = text if mode == "text" else docs
+        warm: Any = text[:WARMUP_CHARS] if mode == "text" else warm_docs
+        results[c.key] = Result(c.key, c.label)
+        try:
+            fn(warm)
+        except Exception as exc:  # a peer failing on real text is a result, not a crash
+            results[c.key].note = f"failed: {type(exc).__name__}: {exc}"[:100]
+            continue
+        fns[c.key] = functools.partial(fn, payload)
+    small: Any = COLD_TEXT if mode == "text" else [COLD_TEXT]
+
+    def rewarm() -> None:
+        for c in contestants:
+            f = c.text_fn if mode == "text" else c.for_docs()
+            if c.key in fns and f is not None:
+                f(small)
+
+    last: dict[str, list[str]] = {}
+    times = interleaved(fns, repeat, before=cold((), rewarm),
+                        on_result=lambda key, chunks: last.__setitem__(key, chunks))
+    for key, cpus in times.items():
+        r = results[key]
+        r.cpus, r.cpu = cpus, median(cpus)
+        r.mb_per_s = nbytes / 1e6 / r.cpu if r.cpu else None
+        contestant = next(c for c in contestants if c.key == key)
+        chunks = last.pop(key)
+        if memory:
+            del chunks
+            r.peak_mb, chunks = traced_run(contestant.text_fn if mode == "text" else contestant.for_docs(),
+                                           text if mode == "text" else docs)
+        if contestant.makes_chunks:
+            sizes = [len(ids) for ids in enc.encode_ordinary_batch(chunks)] if chunks else [0]
+            r.chunks = len(chunks)
+            r.mean_tokens = statistics.fmean(sizes)
+            r.max_tokens = max(sizes)
+        del chunks
     _print_results(list(results.values()))
     return results
 
@@ -327,13 +328,14 @@ def _fmt(value: float | int | None, spec: str) -> str:
 
 
 def _print_results(results: Sequence[Result]) -> None:
-    head = (f"   {'contestant':<36} {'MB/s':>7} {'wall s':>7} {'cpu s':>7} {'chunks':>7} "
+    head = (f"   {'contestant':<36} {'MB/s':>7} {'cpu s':>7} {'min-max s':>13} {'chunks':>7} "
             f"{'tok/chunk':>9} {'max tok':>7} {'peak MB':>7}  note")
     print(head)
     print("   " + "-" * (len(head) - 3))
     for r in results:
-        print(f"   {r.label:<36} {_fmt(r.mb_per_s, '.2f'):>7} {_fmt(r.wall, '.3f'):>7} "
-              f"{_fmt(r.cpu, '.3f'):>7} {_fmt(r.chunks, ','):>7} {_fmt(r.mean_tokens, '.1f'):>9} "
+        spread = f"{min(r.cpus):.3f}-{max(r.cpus):.3f}" if r.cpus else "-"
+        print(f"   {r.label:<36} {_fmt(r.mb_per_s, '.2f'):>7} {_fmt(r.cpu, '.3f'):>7} {spread:>13} "
+              f"{_fmt(r.chunks, ','):>7} {_fmt(r.mean_tokens, '.1f'):>9} "
               f"{_fmt(r.max_tokens, 'd'):>7} {_fmt(r.peak_mb, '.1f'):>7}  {r.note}")
 
 
@@ -402,8 +404,8 @@ def _choices(value: str, allowed: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--mb", type=float, default=5.0, help="corpus size in MB of UTF-8 (default 5)")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs per contestant, best kept")
+    parser.add_argument("--mb", type=float, default=2.0, help="corpus size in MB of UTF-8 (default 2)")
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs per contestant (median)")
     parser.add_argument("--corpus", type=lambda v: _choices(v, CORPORA), default=list(CORPORA),
                         help="comma list of mixed,en,zh (default all; mixed is the headline)")
     parser.add_argument("--mode", type=lambda v: _choices(v, MODES), default=["text"],
@@ -415,6 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=20, help="rows of each profile (default 20)")
     args = parser.parse_args(argv)
 
+    print_environment(["langchain-text-splitters", "chonkie"])
     root = eval_dir()
     if not root.is_dir():
         print(f"evaluation data not found at {root} (set COMPACTOR_EVAL_DIR)", file=sys.stderr)
@@ -424,8 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     contestants = build_contestants(enc)
     print(f"chunking benchmark: chunks of {SIZE} tokens, overlap {OVERLAP} where supported "
           f"(chonkie SentenceChunker and compactor chunk.sentences: 0); encoding {enc.name} for all")
-    print(f"python {sys.version.split()[0]}, tiktoken {tiktoken.__version__}, {os.cpu_count()} CPUs; "
-          f"data {root}")
+    print(f"data {root}")
     print(f"source documents: {len(documents['en']):,} English "
           f"({sum(len(d.encode()) for d in documents['en']) / 1e6:.2f} MB), "
           f"{len(documents['zh']):,} Chinese ({sum(len(d.encode()) for d in documents['zh']) / 1e6:.2f} MB);"

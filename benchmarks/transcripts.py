@@ -26,6 +26,9 @@ What is measured
       token each) against the query, best first while they fit, printed in transcript order.
       (Without the `bench` extra, a built-in BM25 with the same parameters is used.)
 
+Time: CPU per query (``time.process_time``), median; the methods take turns query by query (order
+rotated), so machine load hits them alike.
+
 Run: ``python benchmarks/transcripts.py`` (``--limit N`` queries per set).
 """
 
@@ -45,6 +48,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from evaldata import eval_dir, read_jsonl
+from measure import print_environment
 
 import compactor
 from compactor.plugins.textstats import stopwords
@@ -182,26 +186,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--limit", type=int, help="queries per set")
     args = parser.parse_args(argv)
+    print_environment(["rank-bm25"])
     sets = {"qmsum": (qmsum_cases(args.limit), False, (256, 512, 1024)),
             "vcsum": (vcsum_cases(args.limit), True, (256, 512, 1024))}
     for name, (cases, zh, budgets) in sets.items():
         print(f"\n{name}: {len(cases)} queries, content recall of the reference summary (%)")
-        print(f"{'method':<11}" + "".join(f"{f'{b} tok':>11}" for b in budgets) + f"{'ms/query':>11}")
-        for method_name, method in METHODS.items():
-            cells, times = [], []
-            for budget in budgets:
-                values = []
-                for case in cases:
-                    start = time.perf_counter()
-                    out = method(case, budget)
-                    times.append(time.perf_counter() - start)
+        print(f"{'method':<11}" + "".join(f"{f'{b} tok':>11}" for b in budgets) + f"{'CPU ms/q':>11}")
+        names = list(METHODS)
+        values: dict[tuple[str, int], list[float]] = {(m, b): [] for m in names for b in budgets}
+        times: dict[str, list[float]] = {m: [] for m in names}
+        turn = 0
+        for budget in budgets:
+            for case in cases:
+                turn += 1
+                for method_name in names[turn % len(names):] + names[:turn % len(names)]:
+                    start = time.process_time()
+                    out = METHODS[method_name](case, budget)
+                    times[method_name].append(time.process_time() - start)
                     assert COUNTER.count(out) <= budget, (method_name, budget, COUNTER.count(out))
                     value = recall(case["reference"], out, zh)
                     if value is not None:
-                        values.append(value)
-                cells.append(100 * statistics.mean(values))
+                        values[(method_name, budget)].append(value)
+        for method_name in names:
+            cells = [100 * statistics.mean(values[(method_name, b)]) for b in budgets]
             print(f"{method_name:<11}" + "".join(f"{c:>11.1f}" for c in cells)
-                  + f"{1000 * statistics.median(times):>11.1f}")
+                  + f"{1000 * statistics.median(times[method_name]):>11.1f}")
     return 0
 
 
