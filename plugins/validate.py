@@ -11,8 +11,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import regex
-
 from compactor.components import Component, score_value
 from compactor.document import Chunk, Context
 from compactor.hookspecs import hookimpl
@@ -98,17 +96,20 @@ def loss_report(context: Context, min_retention: float = 0.5,
             "important_lost": important_lost, "categories": categories}
 
 
-_WORD = regex.compile(r"\w+")
+_GRAM = 4
 
 
 def _finder(kept_lower: str) -> Callable[[str], bool]:
-    """Whether an item occurs (case-insensitively) in the kept text. An ASCII item with a word the
-    kept text does not have is absent without a scan of the kept text (most lost items)."""
-    kept_words = frozenset(_WORD.findall(kept_lower))
+    """Whether an item occurs (case-insensitively) in the kept text. An item with a 4-character
+    piece the kept text does not have is absent without a scan of the kept text (most lost items);
+    the others are confirmed by the scan, so the answer is exact."""
+    grams = {kept_lower[i:i + _GRAM] for i in range(len(kept_lower) - _GRAM + 1)}
 
     def present(item: str) -> bool:
         low = item.lower()
-        if low.isascii() and any(w not in kept_words for w in _WORD.findall(low)[1:-1]):
+        step = _GRAM
+        if len(low) >= _GRAM and any(low[i:i + _GRAM] not in grams
+                                     for i in range(0, len(low) - _GRAM + 1, step)):
             return False
         return low in kept_lower
 
