@@ -273,7 +273,6 @@ def score_chunks(query: str, chunks: Sequence[Chunk], sources: Iterable[Source],
     first_hop = list(sent)
     hop = [0.0] * n
     used_bridges: list[str] = []
-    doc_sets = [frozenset(d) for d in docs]
     frontier = [(i, sent[i]) for i in sorted(range(n), key=lambda i: -sent[i])[:settings.hop_seeds]
                 if sent[i] > 0]
     seen = {i for i, _ in frontier}
@@ -287,21 +286,20 @@ def score_chunks(query: str, chunks: Sequence[Chunk], sources: Iterable[Source],
             bset = frozenset(bridge)
             query2 = {t: 1.0 for t in bridge}
             for t in qset:
-                query2[t] = 0.2 if t in doc_sets[i] else 0.7
+                query2[t] = 0.2 if t in docs[i] else 0.7
             s2, p2 = run(query2)
             scale = weight * settings.hop_decay
+            holders = sorted({j for t in bset for j, _ in index.postings.get(t, ())} - {i})
             best_j, best_v = -1, 0.0
-            for j in range(n):
-                if j == i or not (doc_sets[j] & bset):
-                    continue
+            for j in holders:
                 v = scale * s2[j]
                 if v > sent[j]:
                     sent[j] = v
-                hop[j] = max(hop[j], v)
+                if v > hop[j]:
+                    hop[j] = v
                 if s2[j] > best_v and j not in seen:
                     best_j, best_v = j, s2[j]
-            holders = {group_of[j] for j in range(n) if doc_sets[j] & bset}
-            for g in holders:
+            for g in {group_of[j] for j in holders}:
                 psg[g] = max(psg[g], scale * p2[g])
             used_bridges.extend(t for t in bridge if t not in used_bridges)
             if best_j >= 0:
@@ -330,10 +328,18 @@ def score_chunks(query: str, chunks: Sequence[Chunk], sources: Iterable[Source],
         passage_of.append(pv)
     top = max(values, default=0.0)
     values = [v / top for v in values] if top > 0 else values
-    matched = [sorted(qset.intersection(doc_sets[i]), key=lambda t: -index.idf(t))[:8] for i in range(n)]
+    matched: list[list[str]] = [[] for _ in range(n)]
+    for t in sorted(qset, key=lambda t: (-index.idf(t), t)):
+        for j, _ in index.postings.get(t, ()):
+            if len(matched[j]) < 8:
+                matched[j].append(t)
     return Relevance(values, first_hop, passage_of, hop, matched, used_bridges[:12], kind)
 
 
+_HAN_CHAR = regex.compile(r"[\u4e00-\u9fff]")
+
+
 def _word_count(text: str) -> int:
-    han = sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff")
-    return len(text.split()) + han // 2
+    """Words for the fragment damping: whitespace words, and two Han characters count as one."""
+    words = len(text.split())
+    return words if text.isascii() else words + len(_HAN_CHAR.findall(text)) // 2
