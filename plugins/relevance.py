@@ -318,8 +318,10 @@ def score_chunks(query: str, chunks: Sequence[Chunk], sources: Iterable[Source],
         pos = position[i]
         near = max((sent[members[j]] for j in (pos - 1, pos + 1) if 0 <= j < len(members)), default=0.0)
         pv = psg[g]
+        # passage evidence lifts a sentence, and never pulls a strong one down: a fact stated
+        # once in an unrelated passage keeps the weight of its own words
         value = ((1 - settings.passage_weight - settings.neighbor_weight) * sent[i]
-                 + settings.passage_weight * pv + settings.neighbor_weight * near)
+                 + settings.passage_weight * max(pv, sent[i]) + settings.neighbor_weight * near)
         if pos == 0:
             value += settings.lead_weight * pv
         if kind and (sent[i] > 0 or pv > 0.5) and holds_kind(kind, chunk.text):
