@@ -92,7 +92,7 @@ def _word_term(token: str) -> tuple[str, ...]:
                  if p and p not in stop and (len(p) > 1 or p.isdigit()))
 
 
-@functools.lru_cache(maxsize=65_536)
+@functools.lru_cache(maxsize=262_144)  # every scorer and validate.loss share these per chunk
 def index_terms(text: str) -> tuple[str, ...]:
     """Terms for relevance: stemmed English content words and Chinese character bigrams (a lone
     Han character stays a unigram). Bigrams alone match Chinese words better than bigrams plus

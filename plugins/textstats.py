@@ -113,7 +113,7 @@ def terms(text: str) -> list[str]:
     return list(_terms(text))
 
 
-@functools.lru_cache(maxsize=32768)
+@functools.lru_cache(maxsize=131_072)
 def _terms(text: str) -> tuple[str, ...]:
     out: list[str] = []
     zh_stop = stopwords("zh")
@@ -196,7 +196,9 @@ _DIGIT = regex.compile(r"\d")
 _NO_HITS: tuple[str, ...] = ()
 
 
-@functools.lru_cache(maxsize=32768)
+# Sized for a million-token input cut into sentences (~35k chunks): density, importance and
+# validate.loss ask for the same chunks in turn, and a smaller cache would evict between them.
+@functools.lru_cache(maxsize=131_072)
 def signals(text: str) -> Signals:
     """The numbers, dates, units, names, identifiers and structure of a text (cached per text).
 
