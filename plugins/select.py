@@ -204,11 +204,12 @@ class SelectCompressor(Component):
         """
         taken = {(k.chunk.source_id, k.chunk.index) for k in kept}
         seen_sources = {k.chunk.source_id for k in kept}
+        said = {_said(k.chunk.text) for k in kept}  # a sentence repeated verbatim is kept once
         cuts_left = MAX_PARTIAL_TRIES
         for chunk in ranked:
             if used >= limit - 1:
                 break
-            if (chunk.source_id, chunk.index) in taken:
+            if (chunk.source_id, chunk.index) in taken or _said(chunk.text) in said:
                 continue
             adjacent = {(chunk.source_id, chunk.index - 1), (chunk.source_id, chunk.index + 1)}
             overhead = 0 if not kept or adjacent & taken else self._gap_tokens
@@ -230,6 +231,7 @@ class SelectCompressor(Component):
                     item, cost = self._continued(item, room - cost, cost, run)
             if item is not None:
                 kept.append(item)
+                said.add(_said(chunk.text))
                 taken.add((chunk.source_id, chunk.index))
                 used += cost + overhead
                 seen_sources.add(chunk.source_id)
@@ -297,6 +299,11 @@ class SelectCompressor(Component):
                 markdown and segment.source_id) else ""
             parts.append(head + segment.text)
         return run.counter.count(SECTION_JOIN.join(parts))
+
+
+def _said(text: str) -> str:
+    """What a chunk says, for spotting verbatim repeats: case and spacing aside."""
+    return " ".join(text.lower().split())
 
 
 def best_window(chunk: Chunk, room: int, query_terms: frozenset[str],

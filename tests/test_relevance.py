@@ -159,3 +159,13 @@ def test_relevance_parameters_are_checked() -> None:
         Pipeline.from_string("version: 1\nname: x\nsteps:\n  - use: chunk.sentences\n"
                              "  - use: score.relevance\n"
                              "    with: {passage_weight: 0.9, neighbor_weight: 0.5}\n")
+
+
+def test_a_sentence_repeated_verbatim_is_kept_once() -> None:
+    echo = "Nobody documented which port the Siskin telemetry server listens on."
+    text = "\n\n".join([echo, "Weather was fine.", echo.upper(), "The Siskin telemetry server listens on "
+                       "port 8443.", "  ".join(echo.split()), "Cats sleep."])
+    out = Pipeline.from_yaml("qa").run(text, query="Which port does the Siskin telemetry server listen on?",
+                                        budget=60).output
+    assert out.lower().count("nobody documented") == 1
+    assert "8443" in out
