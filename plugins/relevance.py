@@ -58,6 +58,7 @@ _CAPS = regex.compile(r"\b\p{Lu}[\p{L}\p{M}'’\-]*"
 _QUOTED = regex.compile(r"[《“「『]([^》”」』]{1,20})[》”」』]")
 
 ANSWER_KINDS = ("date", "number", "name", "place")
+STUFFED = 0.7  # below this share of distinct terms a sentence counts as keyword-stuffed
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +244,13 @@ def score_chunks(query: str, chunks: Sequence[Chunk], sources: Iterable[Source],
     index = Bm25(docs, settings.k1, settings.b)
     lengths = [_word_count(c.text) for c in chunks]
     damp = [min(1.0, n_words / settings.min_words) if settings.min_words else 1.0 for n_words in lengths]
+    # keyword stuffing ("X beds, X staff, X tents: X has them all"): a sentence whose content words
+    # repeat a lot is damped by its share of distinct terms
+    for i, doc in enumerate(docs):
+        if len(doc) >= 6:
+            distinct = len(set(doc)) / len(doc)
+            if distinct < STUFFED:
+                damp[i] *= distinct / STUFFED
 
     by_source: dict[str, list[int]] = {}
     for i, c in enumerate(chunks):

@@ -169,3 +169,12 @@ def test_a_sentence_repeated_verbatim_is_kept_once() -> None:
                                         budget=60).output
     assert out.lower().count("nobody documented") == 1
     assert "8443" in out
+
+
+def test_keyword_stuffed_lines_do_not_outrank_the_answer() -> None:
+    stuffed = ("Glenmarch field hospital beds, Glenmarch field hospital staff, Glenmarch field hospital "
+               "tents: the Glenmarch field hospital has them all.")
+    answer = "The field hospital in Glenmarch has 373 beds."
+    text = "\n\n".join([stuffed, "The weather was mild that spring.", answer, "Cats sleep a lot."])
+    scores = _scores("How many beds does the field hospital in Glenmarch have?", text)
+    assert scores[answer] > scores[stuffed]
