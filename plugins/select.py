@@ -207,7 +207,7 @@ class SelectCompressor(Component):
         said = {_said(k.chunk.text) for k in kept}  # a sentence repeated verbatim is kept once
         cuts_left = MAX_PARTIAL_TRIES
         for chunk in ranked:
-            if used >= limit - 1:
+            if used >= limit:
                 break
             if (chunk.source_id, chunk.index) in taken or _said(chunk.text) in said:
                 continue
@@ -256,10 +256,10 @@ class SelectCompressor(Component):
         chunk = item.chunk
         offset = item.end - chunk.start
         rest = replace(chunk, start=item.end, text=chunk.text[offset:])
-        more, extra = best_window(rest, room - 1, frozenset(), run)
+        more, extra = best_window(rest, room, frozenset(), run)
         if more is None or more.start != item.end + (len(rest.text) - len(rest.text.lstrip())):
             return item, cost
-        return Kept(chunk, item.start, more.end), cost + extra + 1
+        return Kept(chunk, item.start, more.end), cost + extra
 
     @staticmethod
     def _best_sentences(chunk: Chunk, room: int, query_terms: frozenset[str],
@@ -277,6 +277,8 @@ class SelectCompressor(Component):
                 total += counts[last]
                 last += 1
             if last == first:
+                if not query_terms:
+                    break  # without a query only the lead counts: its words, not a later sentence
                 continue
             if not query_terms:
                 best = (0.0, first, last, total)
