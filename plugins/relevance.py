@@ -99,15 +99,33 @@ def index_terms(text: str) -> tuple[str, ...]:
     Han character stays a unigram). Bigrams alone match Chinese words better than bigrams plus
     characters, whose common characters add noise to every sentence."""
     out: list[str] = []
+    known = _WORD_TERMS
     for token in _TOKEN.findall(text):
-        if "\u3400" <= token[0] <= "\u9fff" or "\uf900" <= token[0] <= "\ufaff":
-            if len(token) == 1:
-                out.append(token)
+        found = known.get(token)
+        if found is None:
+            first = token[0]
+            if "\u3400" <= first <= "\u9fff" or "\uf900" <= first <= "\ufaff":
+                found = (token,) if len(token) == 1 else tuple(token[i:i + 2] for i in range(len(token) - 1))
             else:
-                out.extend([token[i:i + 2] for i in range(len(token) - 1)])
-        else:
-            out.extend(_word_term(token))
+                found = _word_term(token)
+            if len(known) >= _WORD_TERMS_MAX:
+                known.clear()
+            known[token] = found
+        out.extend(found)
     return tuple(out)
+
+
+# Token -> terms, a plain dict (a lookup per token is the hot loop of indexing; an lru_cache call
+# costs three times as much). Bounded by clearing; entries depend only on the token, so any thread
+# may add one.
+class _TokenTerms(dict[str, tuple[str, ...]]):
+    def cache_clear(self) -> None:
+        """Emptied like the functools caches (benchmarks start each run cold)."""
+        self.clear()
+
+
+_WORD_TERMS = _TokenTerms()
+_WORD_TERMS_MAX = 500_000
 
 
 def query_terms(query: str) -> list[str]:

@@ -178,3 +178,26 @@ def test_keyword_stuffed_lines_do_not_outrank_the_answer() -> None:
     text = "\n\n".join([stuffed, "The weather was mild that spring.", answer, "Cats sleep a lot."])
     scores = _scores("How many beds does the field hospital in Glenmarch have?", text)
     assert scores[answer] > scores[stuffed]
+
+
+def test_merged_scores_keep_every_other_chunk_field() -> None:
+    import dataclasses
+
+    from compactor.components import ScoreSet
+    from compactor.document import Chunk, Context, frozen_mapping
+    from compactor.pipeline import _merge_scores
+
+    chunk = Chunk(id="c", source_id="s", index=3, start=5, end=9, text="abcd", tokens=2, lang="zh",
+                  labels=frozen_mapping({"type": "x"}), scores=frozen_mapping({"a.b": 0.5}),
+                  features=frozen_mapping({"a.b": frozen_mapping({"k": 1})}), units=(1, 2))
+    assert {f.name for f in dataclasses.fields(Chunk)} == {
+        "id", "source_id", "index", "start", "end", "text", "tokens", "lang", "labels", "scores",
+        "features", "units"}, "a new Chunk field: copy it in pipeline._merge_scores"
+    merged = _merge_scores(Context(sources=(), chunks=(chunk,)),
+                           [ScoreSet("c.d", {"c": 0.25}, {"c": {"f": 2}})], {})
+    out = merged.chunks[0]
+    expected = dataclasses.replace(chunk, scores=out.scores, features=out.features)
+    assert out == expected
+    assert out.scores["c.d"] == 0.25 and out.scores["a.b"] == 0.5
+    assert out.scores["combined"] == 0.375
+    assert out.features["c.d"]["f"] == 2 and out.features["a.b"]["k"] == 1
