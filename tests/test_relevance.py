@@ -201,3 +201,13 @@ def test_merged_scores_keep_every_other_chunk_field() -> None:
     assert out.scores["c.d"] == 0.25 and out.scores["a.b"] == 0.5
     assert out.scores["combined"] == 0.375
     assert out.features["c.d"]["f"] == 2 and out.features["a.b"]["k"] == 1
+
+
+def test_a_shared_pipeline_runs_from_many_threads_at_once() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    pipeline = Pipeline.from_yaml("qa")  # no run yet: the default renderer is registered lazily
+    with ThreadPoolExecutor(8) as pool:
+        outputs = list(pool.map(lambda i: pipeline.run(PASSAGES, query="popular hotel in Paris",
+                                                       budget=40 + i % 2).output, range(32)))
+    assert len({o for o in outputs}) <= 2 and all("Paris" in o for o in outputs)
