@@ -8,6 +8,7 @@ What is measured (issue 12, "Speed"; every figure is CPU time, ``time.process_ti
     * ``growth``         median(1M) / median(100k) next to the input's token ratio (~10); target: at
       most 1.25x the token ratio (linear, within noise), and no step holding >= 2 % of the 1M run
       growing more than 1.5x the token ratio (a quadratic step hides in a noisy total);
+    * ``compress 2k generic`` ``compactor.compress(text, budget=500)``: the default pipeline, no query;
     * ``compress 2k``    ``compactor.compress(text, query=q, budget=500, pipeline="qa")`` on a 2k-token
       input, the whole user call (pipeline resolution included: a process that has compressed
       before may reuse a resolved pipeline, so the warm-up below resolves "qa" once); target
@@ -125,7 +126,7 @@ def measure_case(case: Case, runs: int, cap: float) -> None:
     text = case.text
     case.times = interleaved({"compactor": case.run, "encode": lambda: ENC.encode_ordinary(text),
                               **case.peers},
-                             runs, before=cold(("qa",)), cap_seconds=cap, on_result=case.collect)
+                             runs, before=cold(("qa", "generic")), cap_seconds=cap, on_result=case.collect)
     n = len(case.times["compactor"])
     print(f"  {case.name:<16} {case.tokens:>9,} tok  compactor median {ms(case.median):>7} ms "
           f"(n={n}{', capped' if n < runs else ''}; {', '.join(ms(t) for t in case.times['compactor'])})  "
@@ -237,6 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         Case("compress 2k", small_text,
              lambda: compactor.compress(small_text, query=query, budget=SMALL_BUDGET, pipeline="qa"),
              SMALL_BUDGET, 0.010, small_peers),
+        Case("compress 2k generic", small_text,  # compactor.compress's default pipeline, no query
+             lambda: compactor.compress(small_text, budget=SMALL_BUDGET), SMALL_BUDGET, 0.010, {}),
         pipeline_case("qa zh 100k -> 8k", text_of_tokens(chinese, 100_000, ENC), query_zh, 0.250, zh=True),
     ]
     for case in cases:
