@@ -55,6 +55,27 @@ def read_pipeline_text(name_or_path: str | os.PathLike[str]) -> tuple[str, str]:
                               f"{', '.join(shipped_pipelines())}", name))
 
 
+_GC_LOCK = threading.Lock()
+_GC_STATE = {"runs": 0, "was_enabled": False}  # runs in progress in this process, and the GC before them
+
+
+def _gc_pause() -> None:
+    """The first run in progress turns the cyclic GC off; runs in other threads share the pause."""
+    with _GC_LOCK:
+        if _GC_STATE["runs"] == 0:
+            _GC_STATE["was_enabled"] = gc.isenabled()
+            gc.disable()
+        _GC_STATE["runs"] += 1
+
+
+def _gc_resume() -> None:
+    """The last run to finish turns the GC back on, if it was on before the first began."""
+    with _GC_LOCK:
+        _GC_STATE["runs"] -= 1
+        if _GC_STATE["runs"] == 0 and _GC_STATE["was_enabled"]:
+            gc.enable()
+
+
 def resolved_pipeline(name_or_path: str | os.PathLike[str], *, plugins: Iterable[Any] = ()) -> Pipeline:
     """The pipeline for a name or file, loaded once and reused while the file's text, the plugins
     and the environment (`${VAR}` and the COMPACTOR_* switches) are the same.
@@ -191,13 +212,11 @@ class Pipeline:
         # A run allocates millions of small acyclic objects (terms, chunks, scores); the cyclic
         # collector would walk all of them again and again (15-20% of a 300k-token run, growing
         # with the input). It is paused for the run and resumes, collecting as usual, after it.
-        paused = gc.isenabled()
-        gc.disable()
+        _gc_pause()
         try:
             return self._steps(inputs, query, budget, output_format, progress, store, session, llm)
         finally:
-            if paused:
-                gc.enable()
+            _gc_resume()
 
     def _steps(self, inputs: str | Source | Iterable[Source | str] | Context, query: str | None,
                budget: int | Budget | None, output_format: str | None, progress: Progress | None,

@@ -104,7 +104,7 @@ def index_terms(text: str) -> tuple[str, ...]:
         found = known.get(token)
         if found is None:
             first = token[0]
-            if "\u3400" <= first <= "\u9fff" or "\uf900" <= first <= "\ufaff":
+            if ts.is_han(first):
                 found = (token,) if len(token) == 1 else tuple(token[i:i + 2] for i in range(len(token) - 1))
             else:
                 found = _word_term(token)
@@ -274,20 +274,28 @@ def score_chunks(query: str, chunks: Sequence[Chunk], sources: Iterable[Source],
     for i, c in enumerate(chunks):
         by_source.setdefault(c.source_id, []).append(i)
     groups: list[list[int]] = []
-    titles: list[str] = []
+    # a source's own title (a web page's, a document's) counts with its first passage, twice, as a
+    # title line inside the text does through the passage's first sentence
+    extra: list[tuple[str, ...]] = []
+    placed: set[int] = set()
     for source in sources:
         members = by_source.get(source.id)
         if members:
-            for title, idx in _passages(source, members, chunks):
+            for k, (_, idx) in enumerate(_passages(source, members, chunks)):
                 groups.append(idx)
-                titles.append(title)
+                placed.update(idx)
+                extra.append(index_terms(source.title) * 2 if k == 0 and source.title else ())
+    for i in range(n):  # chunks of a source the context does not list: a passage each
+        if i not in placed:
+            groups.append([i])
+            extra.append(())
     group_of = [0] * n
     position = [0] * n
     for g, members in enumerate(groups):
         for pos, i in enumerate(members):
             group_of[i] = g
             position[i] = pos
-    passage_docs = [[t for i in members for t in docs[i]] for members in groups]
+    passage_docs = [[*extra[g], *(t for i in members for t in docs[i])] for g, members in enumerate(groups)]
     passage_index = Bm25(passage_docs, settings.k1, settings.b)
 
     def run(query_w: Mapping[str, float]) -> tuple[list[float], list[float]]:

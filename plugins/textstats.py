@@ -138,8 +138,12 @@ def _word_terms(token: str) -> tuple[str, ...]:
                  if p and p not in en_stop and (len(p) > 1 or p.isdigit()))
 
 
-def _is_han(char: str) -> bool:
+def is_han(char: str) -> bool:
+    """Whether a character is a Han ideograph (BMP, compatibility or the supplementary planes)."""
     return "\u3400" <= char <= "\u9fff" or "\uf900" <= char <= "\ufaff" or char >= "\U00020000"
+
+
+_is_han = is_han
 
 
 def words(text: str) -> list[str]:

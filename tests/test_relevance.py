@@ -211,3 +211,53 @@ def test_a_shared_pipeline_runs_from_many_threads_at_once() -> None:
         outputs = list(pool.map(lambda i: pipeline.run(PASSAGES, query="popular hotel in Paris",
                                                        budget=40 + i % 2).output, range(32)))
     assert len({o for o in outputs}) <= 2 and all("Paris" in o for o in outputs)
+
+
+def test_runs_pause_the_gc_and_give_it_back() -> None:
+    import gc
+    import threading
+
+    pipeline = Pipeline.from_yaml("qa")
+    assert gc.isenabled()
+    seen: list[bool] = []
+    barrier = threading.Barrier(4)
+
+    def work() -> None:
+        barrier.wait()
+        for _ in range(5):
+            pipeline.run(PASSAGES, query="popular hotel in Paris", budget=30)
+            seen.append(True)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 20 and gc.isenabled()
+    gc.disable()
+    try:
+        pipeline.run(PASSAGES, query="popular hotel in Paris", budget=30)
+        assert not gc.isenabled()  # a caller's choice stands
+    finally:
+        gc.enable()
+    import pytest
+
+    with pytest.raises(compactor.InputError):
+        pipeline.run("   ", query="x", budget=5)
+    assert gc.isenabled()
+
+
+def test_a_source_title_counts_as_passage_evidence() -> None:
+    make = lambda sid, text, title: Source(id=sid, kind="text", original=text, text=text, title=title)  # noqa: E731
+    context = Pipeline.from_yaml("qa").run(
+        [make("a", "He was born in Ulm in 1879. He liked sailing.", "Albert Einstein"),
+         make("b", "She was born in Warsaw in 1867. She liked physics.", "Marie Curie")],
+        query="When was Marie Curie born?", budget=12)
+    assert "Warsaw" in context.output
+
+
+def test_chunks_of_unlisted_sources_are_scored_alone() -> None:
+    found = rel.score_chunks("where was Alice born",
+                             [compactor.Chunk("c0", "s", 0, 0, 24, "Alice was born in Paris.", 6)], [])
+    assert found.values == [1.0]
+    assert rel.index_terms("𠮷野家") == ("𠮷野", "野家")
