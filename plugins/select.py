@@ -334,8 +334,8 @@ def best_window(chunk: Chunk, room: int, query_terms: frozenset[str],
         if last > first:
             total -= counts[first]
             gain -= gains[first]
-    if best is None:
-        return None, 0
+    if best is None:  # no piece fits (a run without spaces or punctuation): its leading characters
+        return _leading_characters(chunk, room, run)
     _, first, last, total = best
     # start just before the first matching piece and spend the room after the matches: in a
     # statement the answer usually follows the words the question shares with it
@@ -360,3 +360,21 @@ def best_window(chunk: Chunk, room: int, query_terms: frozenset[str],
     if exact > room:
         return None, 0
     return Kept(chunk, chunk.start + start, chunk.start + end), exact
+
+
+def _leading_characters(chunk: Chunk, room: int, run: Run) -> tuple[Kept | None, int]:
+    """The longest prefix of a chunk that fits `room` tokens, by bisection on its length."""
+    text = chunk.text
+    low, high = 0, min(len(text), room * 8)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if run.counter.count(text[:middle]) <= room:
+            low = middle
+        else:
+            high = middle - 1
+    end = low
+    while end > 0 and text[end - 1].isspace():
+        end -= 1
+    if end <= 0 or text[:end].isspace():
+        return None, 0
+    return Kept(chunk, chunk.start, chunk.start + end), run.counter.count(text[:end])

@@ -261,3 +261,12 @@ def test_chunks_of_unlisted_sources_are_scored_alone() -> None:
                              [compactor.Chunk("c0", "s", 0, 0, 24, "Alice was born in Paris.", 6)], [])
     assert found.values == [1.0]
     assert rel.index_terms("𠮷野家") == ("𠮷野", "野家")
+
+
+def test_a_run_without_spaces_or_punctuation_still_fills_the_budget() -> None:
+    counter = compactor.get_counter()
+    run_zh = "北京是中国的首都它有很多历史建筑长城在北京附近每年有很多游客" * 40
+    out = compactor.compress(run_zh, query="长城在哪里", budget=20, pipeline="qa")
+    assert out and out in run_zh and counter.count(out) <= 20
+    out = compactor.compress("a" * 20_000, budget=5)
+    assert out and set(out) == {"a"} and counter.count(out) <= 5
