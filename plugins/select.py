@@ -226,7 +226,7 @@ class SelectCompressor(Component):
                 cuts_left -= 1
                 item, cost = self._best_sentences(chunk, room, query_terms, run)
                 if item is None:
-                    item, cost = best_window(chunk, room, query_terms, run)
+                    item, cost = best_window(chunk, room, query_terms, run, characters=not kept)
                 elif room - cost >= MIN_PARTIAL_TOKENS and item.end < chunk.end:
                     item, cost = self._continued(item, room - cost, cost, run)
             if item is not None:
@@ -308,10 +308,11 @@ def _said(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def best_window(chunk: Chunk, room: int, query_terms: frozenset[str],
-                run: Run) -> tuple[Kept | None, int]:
+def best_window(chunk: Chunk, room: int, query_terms: frozenset[str], run: Run,
+                characters: bool = False) -> tuple[Kept | None, int]:
     """The run of words (clauses in Chinese) of a chunk that fits `room` tokens and holds the most
-    query terms (the leading run without a query or a match)."""
+    query terms (the leading run without a query or a match). When no word or clause fits and
+    `characters` is set (nothing else is kept yet), the chunk's leading characters."""
     text = chunk.text
     han = any("\u4e00" <= ch <= "\u9fff" for ch in text[:200])
     pieces = [(m.start(), m.end()) for m in (_PIECE_ZH if han else _PIECE_EN).finditer(text)]
@@ -334,8 +335,8 @@ def best_window(chunk: Chunk, room: int, query_terms: frozenset[str],
         if last > first:
             total -= counts[first]
             gain -= gains[first]
-    if best is None:  # no piece fits (a run without spaces or punctuation): its leading characters
-        return _leading_characters(chunk, room, run)
+    if best is None:  # no piece fits (a run without spaces or punctuation)
+        return _leading_characters(chunk, room, run) if characters else (None, 0)
     _, first, last, total = best
     # start just before the first matching piece and spend the room after the matches: in a
     # statement the answer usually follows the words the question shares with it
