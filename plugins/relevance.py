@@ -57,7 +57,6 @@ _CAPS = regex.compile(r"\b\p{Lu}[\p{L}\p{M}'’\-]*"
                       r"(?:\s+(?:of|de|da|del|van|von|der|the|and|la|le|du|di|y)?\s*\p{Lu}[\p{L}\p{M}'’\-]*)*")
 _QUOTED = regex.compile(r"[《“「『]([^》”」』]{1,20})[》”」』]")
 
-ANSWER_KINDS = ("date", "number", "name", "place")
 STUFFED = 0.7  # below this share of distinct terms a sentence counts as keyword-stuffed
 
 
