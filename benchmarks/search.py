@@ -33,14 +33,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import math
 import os
 import platform
 import re
 import statistics
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from evaldata import eval_dir, read_jsonl
+from measure import okapi_bm25
 
 from compactor import ContextCompacter
 from compactor.tokens import get_counter
@@ -102,20 +101,6 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"\w+")
 
 
-def _bm25(docs: Sequence[Sequence[str]], query: Sequence[str], k1: float = 1.5,
-          b: float = 0.75) -> list[float]:
-    n = len(docs)
-    avg = sum(map(len, docs)) / max(1, n)
-    df = Counter(t for d in docs for t in set(d))
-    idf = {t: math.log((n - df[t] + 0.5) / (df[t] + 0.5) + 1) for t in set(query)}
-    scores = []
-    for d in docs:
-        tf = Counter(d)
-        scores.append(sum(idf[t] * tf[t] * (k1 + 1) / (tf[t] + k1 * (1 - b + b * len(d) / avg))
-                          for t in set(query) if t in tf))
-    return scores
-
-
 def bm25_sentences(pages: Sequence[Page], query: str, budget: int) -> str:
     """The best BM25 sentences of the pages, best first while they fit `budget` tokens."""
     sentences = [s.strip() for _, text in pages for s in _SENTENCE_END.split(text) if s.strip()]
@@ -126,7 +111,7 @@ def bm25_sentences(pages: Sequence[Page], query: str, budget: int) -> str:
 
         scores = list(BM25Okapi(docs).get_scores(words))
     except ImportError:
-        scores = _bm25(docs, words)
+        scores = okapi_bm25(docs, words)
     kept: list[str] = []
     used = 0
     for i in sorted(range(len(sentences)), key=lambda i: -scores[i]):

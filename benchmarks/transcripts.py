@@ -35,12 +35,10 @@ Run: ``python benchmarks/transcripts.py`` (``--limit N`` queries per set).
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import statistics
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,7 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from evaldata import eval_dir, read_jsonl
-from measure import print_environment
+from measure import okapi_bm25, print_environment
 
 import compactor
 from compactor.plugins.textstats import stopwords
@@ -141,23 +139,9 @@ def bm25(case: Case, budget: int) -> str:
 
         scores = list(BM25Okapi(docs).get_scores(query))
     except ImportError:
-        scores = _bm25(docs, query)
+        scores = okapi_bm25(docs, query)
     order = sorted(range(len(docs)), key=lambda i: -scores[i])
     return fit_in_order(case["segments"], order, budget)
-
-
-def _bm25(docs: Sequence[Sequence[str]], query: Sequence[str], k1: float = 1.5,
-          b: float = 0.75) -> list[float]:
-    n = len(docs)
-    avg = sum(map(len, docs)) / max(1, n)
-    df = Counter(t for d in docs for t in set(d))
-    idf = {t: math.log((n - df[t] + 0.5) / (df[t] + 0.5) + 1) for t in set(query)}
-    scores = []
-    for d in docs:
-        tf = Counter(d)
-        scores.append(sum(idf[t] * tf[t] * (k1 + 1) / (tf[t] + k1 * (1 - b + b * len(d) / avg))
-                          for t in set(query) if t in tf))
-    return scores
 
 
 METHODS: dict[str, Callable[[Case, int], str]] = {"compactor": ours, "lead": lead, "bm25": bm25}

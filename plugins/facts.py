@@ -118,6 +118,17 @@ def same_fact(a: frozenset[str], b: frozenset[str], threshold: float = 0.6) -> b
     return shared / len(a | b) >= threshold or shared / min(len(a), len(b)) >= 0.85
 
 
+def _merged_into(kept: list[tuple[Candidate, Fact]], cand: Candidate) -> bool:
+    """Whether a kept fact already says what `cand` says; if so it gains `cand`'s chunk id."""
+    duplicate = next((i for i, (other, _) in enumerate(kept) if same_fact(cand.terms, other.terms)), None)
+    if duplicate is None:
+        return False
+    other, fact = kept[duplicate]
+    if cand.chunk.id not in fact.chunk_ids:
+        kept[duplicate] = (other, replace(fact, chunk_ids=(*fact.chunk_ids, cand.chunk.id)))
+    return True
+
+
 def rule_facts(chunks: Sequence[Chunk], query: str | None, counter: TokenCounter,
                urls: dict[str, str | None], *, max_facts: int, min_score: float) -> list[Fact]:
     """The best `max_facts` distinct facts of a batch."""
@@ -125,11 +136,7 @@ def rule_facts(chunks: Sequence[Chunk], query: str | None, counter: TokenCounter
     for cand in candidates(chunks, query, counter):
         if len(kept) >= max_facts or cand.score < min_score:
             break
-        duplicate = next((i for i, (other, _) in enumerate(kept) if same_fact(cand.terms, other.terms)), None)
-        if duplicate is not None:
-            other, fact = kept[duplicate]
-            if cand.chunk.id not in fact.chunk_ids:
-                kept[duplicate] = (other, replace(fact, chunk_ids=(*fact.chunk_ids, cand.chunk.id)))
+        if _merged_into(kept, cand):
             continue
         kept.append((cand, Fact(id=fact_id(cand.text), text=cand.text, chunk_ids=(cand.chunk.id,),
                                 source_url=urls.get(cand.chunk.source_id), score=cand.score)))
@@ -333,11 +340,7 @@ def keep_facts(cands: Sequence[Candidate], urls: Mapping[str, str | None], *, th
     for cand in cands:
         if cand.relevance < bar:
             continue
-        duplicate = next((i for i, (other, _) in enumerate(kept) if same_fact(cand.terms, other.terms)), None)
-        if duplicate is not None:
-            other, fact = kept[duplicate]
-            if cand.chunk.id not in fact.chunk_ids:
-                kept[duplicate] = (other, replace(fact, chunk_ids=(*fact.chunk_ids, cand.chunk.id)))
+        if _merged_into(kept, cand):
             continue
         if max_facts is not None and len(kept) >= max_facts:
             break

@@ -37,7 +37,6 @@ from compactor.plugins import textstats as ts
 _TOKEN = regex.compile(r"(?V1)\p{Han}+|[[\p{L}\p{N}]--\p{Han}][[\p{L}\p{N}'_\-]--\p{Han}]*")
 _SPLIT = regex.compile(r"['\-]+")
 _PARAGRAPH = regex.compile(r"\n[ \t]*\n\s*")
-_SENTENCE_END = regex.compile(r"[.!?。！？:：;；]\s*$")
 
 _WHEN = regex.compile(r"^\s*(?:when|what year|in (?:what|which) year|what date|how long ago)\b"
                       r"|\bwhen\b|何时|什么时候|哪一年|哪年|几月|哪天|哪一天|多久|什么时间|何年",
@@ -209,11 +208,11 @@ def holds_kind(kind: str, text: str) -> bool:
 # -- passages -------------------------------------------------------------------------------------
 
 
-def _passages(source: Source, members: list[int], chunks: Sequence[Chunk]) -> list[tuple[str, list[int]]]:
-    """The source's paragraphs (title line, chunk indices): chunks group by the paragraph they start in."""
-    text = source.text
-    bounds = [0] + [m.end() for m in _PARAGRAPH.finditer(text)]
-    out: list[tuple[str, list[int]]] = []
+def _passages(source: Source, members: list[int], chunks: Sequence[Chunk]) -> list[list[int]]:
+    """The source's paragraphs as chunk indices: chunks group by the paragraph they start in (a
+    title line belongs to its paragraph's first sentence, so it counts with the passage)."""
+    bounds = [0] + [m.end() for m in _PARAGRAPH.finditer(source.text)]
+    out: list[list[int]] = []
     current = -1
     p = 0
     for i in sorted(members, key=lambda k: chunks[k].start):
@@ -221,12 +220,9 @@ def _passages(source: Source, members: list[int], chunks: Sequence[Chunk]) -> li
         while p + 1 < len(bounds) and bounds[p + 1] <= start:
             p += 1
         if p != current:
-            first = text[bounds[p]:text.find("\n", bounds[p], bounds[p] + 200)]
-            title = first if 0 < len(first) < 200 and "\n" in text[bounds[p]:bounds[p] + 201] \
-                and not _SENTENCE_END.search(first) and len(first.split()) <= 15 else ""
-            out.append((title, []))
+            out.append([])
             current = p
-        out[-1][1].append(i)
+        out[-1].append(i)
     return out
 
 
@@ -280,7 +276,7 @@ def score_chunks(query: str, chunks: Sequence[Chunk], sources: Iterable[Source],
     for source in sources:
         members = by_source.get(source.id)
         if members:
-            for k, (_, idx) in enumerate(_passages(source, members, chunks)):
+            for k, idx in enumerate(_passages(source, members, chunks)):
                 groups.append(idx)
                 placed.update(idx)
                 extra.append(index_terms(source.title) * 2 if k == 0 and source.title else ())
