@@ -40,6 +40,7 @@ from compactor.errors import (
 )
 from compactor.hookspecs import hookimpl, hookspec
 from compactor.pipeline import Pipeline, resolved_pipeline
+from compactor.provenance import KeptSpan, OffsetMap, kept_spans
 from compactor.research import ResearchSession
 from compactor.run import Run
 from compactor.store import ChunkStore, MemoryStore, SQLiteStore, open_store
@@ -87,8 +88,10 @@ __all__ = [
     "Fact",
     "FidelityError",
     "InputError",
+    "KeptSpan",
     "MemoryStore",
     "Message",
+    "OffsetMap",
     "Param",
     "Pipeline",
     "PluginError",
@@ -114,6 +117,7 @@ __all__ = [
     "handle_expand_call",
     "hookimpl",
     "hookspec",
+    "kept_spans",
     "open_store",
     "resolved_pipeline",
 ]

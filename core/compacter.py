@@ -83,14 +83,24 @@ def _strategy_of(pipeline: Pipeline) -> str:
 
 def fact_to_dict(fact: Fact) -> dict[str, Any]:
     """A fact as JSON-ready data (how the knowledge base stores it)."""
-    return {"id": fact.id, "text": fact.text, "chunk_ids": list(fact.chunk_ids),
+    data = {"id": fact.id, "text": fact.text, "chunk_ids": list(fact.chunk_ids),
             "source_url": fact.source_url, "score": fact.score}
+    if fact.span is not None:
+        data["span"] = list(fact.span)
+    return data
 
 
 def fact_from_dict(data: Mapping[str, Any]) -> Fact:
     """The inverse of `fact_to_dict`."""
     return Fact(id=str(data["id"]), text=str(data["text"]), chunk_ids=tuple(data["chunk_ids"]),
-                source_url=data.get("source_url"), score=float(data.get("score", 0.0)))
+                source_url=data.get("source_url"), score=float(data.get("score", 0.0)),
+                span=_span(data.get("span")))
+
+
+def _span(value: Any) -> tuple[str, int, int] | None:
+    if isinstance(value, list | tuple) and len(value) == 3:
+        return str(value[0]), int(value[1]), int(value[2])
+    return None
 
 
 def to_source(item: SearchResult, position: int) -> Source:

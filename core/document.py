@@ -10,7 +10,10 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from compactor.provenance import Edits, OffsetMap
 
 SourceKind = Literal["web_page", "text", "conversation", "transcript"]
 
@@ -67,7 +70,8 @@ class Source:
 
     `original` is what was received (HTML, a message list rendered as text, ...) and never changes.
     `text` is the working text that chunk offsets point into: clean stages replace it, chunkers cut
-    it. For plain text without cleaning the two are equal.
+    it. For plain text without cleaning the two are equal. `offsets` maps the working text back to
+    the input (or to the text extracted from a page); see `compactor.provenance`.
     """
 
     id: str
@@ -80,6 +84,7 @@ class Source:
     messages: tuple[Message, ...] = ()
     segments: tuple[TranscriptSegment, ...] = ()
     tokens: int | None = None
+    offsets: OffsetMap | None = None
 
     @classmethod
     def from_text(
@@ -107,9 +112,17 @@ class Source:
             segments=tuple(segments),
         )
 
-    def with_text(self, text: str, **changes: Any) -> Source:
-        """A copy with new working text; its token count must be taken again."""
-        return replace(self, text=text, tokens=None, **changes)
+    def with_text(self, text: str, *, edits: Edits | None = None, offsets: OffsetMap | None = None,
+                  **changes: Any) -> Source:
+        """A copy with new working text; its token count must be taken again.
+
+        `edits` (how `text` was made from the current text) keep provenance to the input; `offsets`
+        starts a new base (clean.html: the extracted text). With neither, offsets index `text`.
+        """
+        if edits is not None:
+            from compactor.provenance import source_map
+            offsets = source_map(self).then(edits)
+        return replace(self, text=text, tokens=None, offsets=offsets, **changes)
 
     def __repr__(self) -> str:
         preview = self.text[:40].replace("\n", " ")
@@ -147,6 +160,7 @@ class Fact:
     chunk_ids: tuple[str, ...]
     source_url: str | None = None
     score: float = 0.0
+    span: tuple[str, int, int] | None = None  # (source id, start, end) of its verbatim text
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +174,7 @@ class Segment:
     source_id: str | None = None
     tokens: int | None = None
     metadata: Mapping[str, Any] = field(default_factory=_empty)
+    spans: tuple[tuple[str, int, int], ...] = ()  # verbatim (source id, start, end) in working text
 
 
 @dataclass(frozen=True, slots=True)

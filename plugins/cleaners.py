@@ -12,39 +12,81 @@ from compactor.components import Component
 from compactor.document import Context, Source
 from compactor.hookspecs import hookimpl
 from compactor.plugins.html_extract import extract_main_text
+from compactor.provenance import Edits, OffsetMap, Rewriter, regex_edit, source_map, splice
 from compactor.run import Run
 
+_LINE_ENDS = regex.compile(r"\r\n?")
 _ZERO_WIDTH = regex.compile(r"[\u200b\u200c\u200d\u2060\ufeff\u00ad]")
 _CONTROL = regex.compile(r"[^\P{Cc}\n\t]")
-_SPACES = regex.compile(r"[^\S\n]+")
-_TRAILING = regex.compile(r"[ \t]+\n")
+# ASCII blanks only: no-break and other Unicode spaces are the source's and stay as they are
+_SPACES = regex.compile(r"[ \t\f\v]{2,}|[\t\f\v]")
+_TRAILING = regex.compile(r" +(?=\n)")
 _BLANK_LINES = regex.compile(r"\n{3,}")
+_ENDS = regex.compile(r"^\s+|\s+$")
 _LOOKS_HTML = regex.compile(r"<(?:html|body|div|p|article|head|span|table|br)\b", regex.IGNORECASE)
+_CLUSTER = regex.compile(r"\X")
+
+Form = Literal["NFC", "NFKC", "none"]
 
 
-def normalize_text(text: str, form: str = "NFKC", collapse_whitespace: bool = True) -> str:
-    """Unicode normal form, no control or zero-width characters, tidy whitespace."""
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if form != "none":
-        text = unicodedata.normalize(form, text)
-    text = _ZERO_WIDTH.sub("", text)
-    text = _CONTROL.sub("", text)
+def _unicode_form(text: str, form: str) -> tuple[str, Edits | None]:
+    """`form` applied per grapheme cluster, only on lines that need it (NFC is a no-op on almost
+    every line), so each change is recorded where it happens."""
+    if form == "none" or unicodedata.is_normalized(form, text):
+        return text, None
+    rewriter = Rewriter(text)
+    done = line_start = 0
+    for line in text.split("\n"):
+        line_end = line_start + len(line)
+        if not unicodedata.is_normalized(form, line):
+            for match in _CLUSTER.finditer(text, line_start, line_end):
+                cluster = match.group()
+                new = unicodedata.normalize(form, cluster)
+                if new != cluster:
+                    rewriter.keep(done, match.start())
+                    rewriter.replace(match.start(), match.end(), new)
+                    done = match.end()
+        line_start = line_end + 1
+    rewriter.keep(done, len(text))
+    return rewriter.result()
+
+
+def normalize_edits(text: str, form: Form = "NFC", collapse_whitespace: bool = True,
+                    ) -> tuple[str, list[Edits]]:
+    """The normalised text and the edits of each step that changed it (see `normalize_text`)."""
+    edits: list[Edits] = []
+    text, done = regex_edit(text, _LINE_ENDS, "\n")
+    if done:
+        edits.append(done)
+    text, done = _unicode_form(text, form)
+    if done:
+        edits.append(done)
+    steps: list[tuple[regex.Pattern[str], str]] = [(_ZERO_WIDTH, ""), (_CONTROL, "")]
     if collapse_whitespace:
-        text = _SPACES.sub(" ", text.replace("\t", " "))
-        text = _TRAILING.sub("\n", text)
-        text = _BLANK_LINES.sub("\n\n", text)
-        text = text.strip()
-    return text
+        steps += [(_SPACES, " "), (_TRAILING, ""), (_BLANK_LINES, "\n\n"), (_ENDS, "")]
+    for pattern, replacement in steps:
+        text, done = regex_edit(text, pattern, replacement)
+        if done:
+            edits.append(done)
+    return text, edits
+
+
+def normalize_text(text: str, form: Form = "NFC", collapse_whitespace: bool = True) -> str:
+    """Canonical Unicode form (NFC: the same text, composed), unified line ends, no control or
+    zero-width characters, and runs of ASCII blanks as one space. Compatibility folding (NFKC)
+    changes meaning (`10⁶` becomes `106`, `km²` becomes `km2`) and is only done when asked."""
+    return normalize_edits(text, form, collapse_whitespace)[0]
 
 
 class NormalizeCleaner(Component):
-    """Unicode normalisation (NFKC by default), control and zero-width characters, whitespace."""
+    """Unicode normal form (NFC by default; NFKC only when a pipeline asks, as it changes meaning),
+    line ends, control and zero-width characters, and ASCII whitespace runs. Every change is
+    recorded, so kept text maps back to the input's offsets."""
 
     name = "clean.normalize"
     stage = "clean"
 
-    def __init__(self, *, form: Literal["NFKC", "NFC", "none"] = "NFKC",
-                 collapse_whitespace: bool = True) -> None:
+    def __init__(self, *, form: Form = "NFC", collapse_whitespace: bool = True) -> None:
         self.form = form
         self.collapse_whitespace = collapse_whitespace
 
@@ -52,8 +94,14 @@ class NormalizeCleaner(Component):
     def compactor_clean(self, context: Context, run: Run) -> Context:
         sources = []
         for source in context.sources:
-            text = normalize_text(source.text, self.form, self.collapse_whitespace)
-            sources.append(source if text == source.text else source.with_text(text))
+            text, edits = normalize_edits(source.text, self.form, self.collapse_whitespace)
+            if not edits:
+                sources.append(source)
+                continue
+            offsets = source_map(source)
+            for done in edits:
+                offsets = offsets.then(done)
+            sources.append(source.with_text(text, offsets=offsets))
         return context.evolve(sources=tuple(sources))
 
 
@@ -86,8 +134,9 @@ class HtmlCleaner(Component):
             if not extracted.text.strip():
                 empty += 1
                 run.warn(f"no main text found in {source.uri or source.id}")
-            sources.append(source.with_text(extracted.text,
-                                            title=source.title or extracted.title))
+            sources.append(source.with_text(
+                extracted.text, offsets=OffsetMap.identity(extracted.text, "extracted_text"),
+                title=source.title or extracted.title))
         run.note("pages", converted)
         if empty:
             run.note("empty_pages", empty)
@@ -95,6 +144,27 @@ class HtmlCleaner(Component):
 
 
 _PARAGRAPHS = regex.compile(r"\n\s*\n")
+
+
+def paragraph_spans(text: str) -> list[tuple[int, int]]:
+    """The paragraphs of a text (blank-line separated) as spans without their edge newlines,
+    blank ones left out."""
+    spans = []
+    start = 0
+    for match in [*_PARAGRAPHS.finditer(text), None]:
+        end = len(text) if match is None else match.start()
+        a, b = start, end
+        while a < b and text[a] == "\n":
+            a += 1
+        while b > a and text[b - 1] == "\n":
+            b -= 1
+        if text[a:b].strip():
+            spans.append((a, b))
+        if match is not None:
+            start = match.end()
+    return spans
+
+
 class DedupeCleaner(Component):
     """Drops exact and near-duplicate paragraphs within and across sources (first one wins).
 
@@ -120,20 +190,21 @@ class DedupeCleaner(Component):
     @hookimpl
     def compactor_clean(self, context: Context, run: Run) -> Context:
         # first pass: each paragraph's words and shingles; no key marks a paragraph kept as is
-        parsed: list[list[tuple[str, str | None, set[int]]]] = []
+        parsed: list[list[tuple[tuple[int, int], str | None, set[int]]]] = []
         first: dict[str, set[int]] = {}  # shingles of the first paragraph with each text
         for source in context.sources:
-            paragraphs: list[tuple[str, str | None, set[int]]] = []
-            for paragraph in _PARAGRAPHS.split(source.text):
+            paragraphs: list[tuple[tuple[int, int], str | None, set[int]]] = []
+            for span in paragraph_spans(source.text):
+                paragraph = source.text[span[0]:span[1]]
                 words = textsim.words(paragraph)
                 if len(paragraph.strip()) < self.min_chars or not words:
-                    paragraphs.append((paragraph, None, set()))
+                    paragraphs.append((span, None, set()))
                     continue
                 key = " ".join(words)
                 shingles = first.get(key)
                 if shingles is None:
                     shingles = first[key] = textsim.shingles(words) if self.near else set()
-                paragraphs.append((paragraph, key, shingles))
+                paragraphs.append((span, key, shingles))
             parsed.append(paragraphs)
         # the index looks shingles up rarest first, and skips those only one paragraph holds
         index = textsim.JaccardIndex(self.threshold, textsim.shingle_counts(first.values()))
@@ -141,21 +212,25 @@ class DedupeCleaner(Component):
         dropped_exact = dropped_near = 0
         sources: list[Source] = []
         for source, paragraphs in zip(context.sources, parsed, strict=True):
-            kept: list[str] = []
-            for paragraph, key, shingles in paragraphs:
-                if key is None:
-                    kept.append(paragraph)
-                    continue
-                if key in exact:
-                    dropped_exact += 1
-                    continue
-                exact.add(key)
-                if self.near and index.add_unless_near(shingles):
-                    dropped_near += 1
-                    continue
-                kept.append(paragraph)
-            text = "\n\n".join(p.strip("\n") for p in kept if p.strip())
-            sources.append(source if text == source.text else source.with_text(text))
+            kept: list[tuple[int, int]] = []
+            dropped = False
+            for span, key, shingles in paragraphs:
+                if key is not None:
+                    if key in exact:
+                        dropped_exact += 1
+                        dropped = True
+                        continue
+                    exact.add(key)
+                    if self.near and index.add_unless_near(shingles):
+                        dropped_near += 1
+                        dropped = True
+                        continue
+                kept.append(span)
+            if not dropped:
+                sources.append(source)
+                continue
+            text, edits = splice(source.text, kept, "\n\n")
+            sources.append(source.with_text(text, edits=edits))
         run.note("dropped_exact", dropped_exact)
         run.note("dropped_near", dropped_near)
         run.note("comparisons", index.comparisons)

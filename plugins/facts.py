@@ -44,6 +44,12 @@ class Candidate:
     terms: frozenset[str]
     tokens: int
     relevance: float = 0.0
+    start: int = -1  # offset of `text` in the source's working text (-1: unknown)
+
+    @property
+    def span(self) -> tuple[str, int, int] | None:
+        """Where the fact's text is in its source's working text."""
+        return None if self.start < 0 else (self.chunk.source_id, self.start, self.start + len(self.text))
 
 
 def fact_id(text: str) -> str:
@@ -81,19 +87,13 @@ def information(text: str) -> float:
 def candidates(chunks: Sequence[Chunk], query: str | None, counter: TokenCounter) -> list[Candidate]:
     """Every usable sentence of the chunks, scored (best first)."""
     query_terms = set(ts.terms(query or ""))
-    rows: list[tuple[Chunk, str, frozenset[str]]] = []
-    for chunk in chunks:
-        for start, end in split_sentences(chunk.text):
-            text = chunk.text[start:end].strip()
-            if not text or not _long_enough(text):
-                continue
-            rows.append((chunk, text, frozenset(ts.terms(text))))
+    rows = _sentence_rows(chunks)
     if not rows:
         return []
-    idf = query_idf((terms for _, _, terms in rows), query_terms)
-    costs = counter.count_many([text for _, text, _ in rows])
+    idf = query_idf((terms for _, _, terms, _ in rows), query_terms)
+    costs = counter.count_many([text for _, text, _, _ in rows])
     out = []
-    for (chunk, text, terms), cost in zip(rows, costs, strict=True):
+    for (chunk, text, terms, at), cost in zip(rows, costs, strict=True):
         if cost > MAX_FACT_TOKENS:
             continue
         info = information(text)
@@ -105,9 +105,22 @@ def candidates(chunks: Sequence[Chunk], query: str | None, counter: TokenCounter
             score = 0.6 * share + 0.2 * info + 0.2 * prior
         else:
             score = 0.5 * info + 0.5 * prior
-        out.append(Candidate(chunk, text, round(score, 4), terms, cost))
+        out.append(Candidate(chunk, text, round(score, 4), terms, cost, start=at))
     out.sort(key=lambda c: -c.score)
     return out
+
+
+def _sentence_rows(chunks: Sequence[Chunk]) -> list[tuple[Chunk, str, frozenset[str], int]]:
+    """Every usable sentence of the chunks: its chunk, text, terms and working-text offset."""
+    rows = []
+    for chunk in chunks:
+        for start, end in split_sentences(chunk.text):
+            raw = chunk.text[start:end]
+            text = raw.strip()
+            if text and _long_enough(text):
+                at = chunk.start + start + len(raw) - len(raw.lstrip())
+                rows.append((chunk, text, frozenset(ts.terms(text)), at))
+    return rows
 
 
 def same_fact(a: frozenset[str], b: frozenset[str], threshold: float = 0.6) -> bool:
@@ -139,7 +152,8 @@ def rule_facts(chunks: Sequence[Chunk], query: str | None, counter: TokenCounter
         if _merged_into(kept, cand):
             continue
         kept.append((cand, Fact(id=fact_id(cand.text), text=cand.text, chunk_ids=(cand.chunk.id,),
-                                source_url=urls.get(cand.chunk.source_id), score=cand.score)))
+                                source_url=urls.get(cand.chunk.source_id), score=cand.score,
+                                span=cand.span)))
     return [fact for _, fact in kept]
 
 
@@ -268,22 +282,17 @@ def scored_sentences(chunks: Sequence[Chunk], query: str | None, counter: TokenC
     """
     titles = titles or {}
     query_terms = set(ts.terms(query or ""))
-    rows: list[tuple[Chunk, str, frozenset[str]]] = []
-    for chunk in chunks:
-        for start, end in split_sentences(chunk.text):
-            text = chunk.text[start:end].strip()
-            if text and _long_enough(text):
-                rows.append((chunk, text, frozenset(ts.terms(text))))
+    rows = _sentence_rows(chunks)
     if not rows:
         return []
     prior = _prior(chunks)
     title_terms = {sid: frozenset(ts.terms(t)) for sid, t in titles.items()}
-    idf = query_idf((terms | title_terms.get(chunk.source_id, frozenset()) for chunk, _, terms in rows),
+    idf = query_idf((terms | title_terms.get(chunk.source_id, frozenset()) for chunk, _, terms, _ in rows),
                     query_terms) if query_terms else {}
     total = sum(idf.values()) or 1.0
     top = max(idf.values(), default=0.0) or 1.0
     values: list[float] = []
-    for chunk, _, terms in rows:
+    for chunk, _, terms, _ in rows:
         if not query_terms:
             values.append(prior[chunk.id])
             continue
@@ -298,20 +307,20 @@ def scored_sentences(chunks: Sequence[Chunk], query: str | None, counter: TokenC
     if query_terms and titles:
         values = _bridge(rows, values, titles, anchors)
     live = [(row, value) for row, value in zip(rows, values, strict=True) if value > 0]
-    costs = counter.count_many([text for (_, text, _), _ in live])
-    out = [Candidate(chunk, text, round(value, 4), terms, cost, round(value, 4))
-           for ((chunk, text, terms), value), cost in zip(live, costs, strict=True)
+    costs = counter.count_many([text for (_, text, _, _), _ in live])
+    out = [Candidate(chunk, text, round(value, 4), terms, cost, round(value, 4), at)
+           for ((chunk, text, terms, at), value), cost in zip(live, costs, strict=True)
            if max_tokens is None or cost <= max_tokens]
     out.sort(key=lambda c: -c.score)  # stable: ties keep page order, earlier sentences first
     return out
 
 
-def _bridge(rows: Sequence[tuple[Chunk, str, frozenset[str]]], values: list[float],
+def _bridge(rows: Sequence[tuple[Chunk, str, frozenset[str], int]], values: list[float],
             titles: Mapping[str, str], anchors: Sequence[tuple[str, float]]) -> list[float]:
     """Sentences of pages named by strongly relevant text elsewhere inherit part of its relevance."""
     best = max(values, default=0.0)
     strong = [(chunk.source_id, text.lower(), value)
-              for (chunk, text, _), value in zip(rows, values, strict=True)
+              for (chunk, text, _, _), value in zip(rows, values, strict=True)
               if best > 0 and value >= BRIDGE_FROM * best]
     strong += [("", text.lower(), value) for text, value in anchors if value > 0]
     inherited: dict[str, float] = {}
@@ -325,7 +334,7 @@ def _bridge(rows: Sequence[tuple[Chunk, str, frozenset[str]]], values: list[floa
     if not inherited:
         return values
     return [max(v, inherited.get(chunk.source_id, 0.0))
-            for (chunk, _, _), v in zip(rows, values, strict=True)]
+            for (chunk, _, _, _), v in zip(rows, values, strict=True)]
 
 
 def keep_facts(cands: Sequence[Candidate], urls: Mapping[str, str | None], *, threshold: float,
@@ -347,7 +356,8 @@ def keep_facts(cands: Sequence[Candidate], urls: Mapping[str, str | None], *, th
         if max_tokens is not None and used + cand.tokens > max_tokens:
             continue
         kept.append((cand, Fact(id=fact_id(cand.text), text=cand.text, chunk_ids=(cand.chunk.id,),
-                                source_url=urls.get(cand.chunk.source_id), score=cand.score)))
+                                source_url=urls.get(cand.chunk.source_id), score=cand.score,
+                                span=cand.span)))
         used += cand.tokens
     return [fact for _, fact in kept]
 

@@ -82,7 +82,7 @@ class Settings:
 @functools.lru_cache(maxsize=262_144)
 def _word_term(token: str) -> tuple[str, ...]:
     """Index terms of one Latin token (lower-cased, stop words out, Snowball stem), cached."""
-    word = token.lower().strip("'-_")
+    word = ts.fold(token).lower().strip("'-_")
     if word.endswith("'s"):
         word = word[:-2]
     stop = ts.stopwords("en")

@@ -7,12 +7,13 @@ from typing import Any, ClassVar
 
 from compactor.compaction import assemble
 from compactor.components import Component
-from compactor.document import Context, Segment
+from compactor.document import Context, Segment, Source
 from compactor.errors import StageError
 from compactor.hookspecs import hookimpl
 from compactor.messages import to_dict
 from compactor.plugins.chunking import token_windows
 from compactor.plugins.select import source_heading
+from compactor.provenance import OffsetMap, kept_spans, source_map
 from compactor.run import Run
 from compactor.tokens import TokenCounter
 
@@ -23,10 +24,12 @@ def kept_segments(context: Context) -> list[Segment]:
         return list(context.segments)
     if context.chunks:
         return [Segment(id=c.id, text=c.text, chunk_ids=(c.id,), source_id=c.source_id,
-                        title=context.source(c.source_id).title, tokens=c.tokens)
+                        title=context.source(c.source_id).title, tokens=c.tokens,
+                        spans=((c.source_id, c.start, c.end),))
                 for c in context.chunks]
     return [Segment(id=s.id, text=s.text, chunk_ids=(), source_id=s.id,
-                    title=s.title or s.uri, tokens=s.tokens) for s in context.sources]
+                    title=s.title or s.uri, tokens=s.tokens, spans=((s.id, 0, len(s.text)),))
+            for s in context.sources]
 
 
 def fit(parts: list[str], joiner: str, counter: TokenCounter, limit: int | None) -> str:
@@ -90,6 +93,11 @@ class MarkdownRenderer(Component):
 class JsonRenderer(Component):
     """Everything with provenance: kept text per source, chunk ids, offsets, tokens, scores, steps.
 
+    Offsets index each source's input (`offsets_into: "input"`), or for an HTML page the text
+    extracted from it (`"extracted_text"`, given as `base_text`), mapped through every clean step:
+    `spans` are the verbatim stretches of the output with `base[start:end] == text`; a chunk only
+    partly kept has `"partial": true` and `"kept": false`.
+
     The budget bounds the kept text (`text` fields), not the JSON around it.
     """
 
@@ -100,19 +108,25 @@ class JsonRenderer(Component):
     @hookimpl
     def compactor_render(self, context: Context, run: Run) -> str:
         segments = kept_segments(context)
-        kept_ids = {cid for s in segments for cid in s.chunk_ids}
+        spans = kept_spans(context.evolve(segments=tuple(segments)))
+        partial = {cid for span in spans for cid in span.partial}
+        kept_ids = {cid for s in segments for cid in s.chunk_ids} - partial
+        maps = {s.id: source_map(s) for s in context.sources}
         data: dict[str, Any] = {
             "query": context.query,
             "budget": context.resolved_budget(),
             "input_tokens": context.meta.get("input_tokens"),
             "text_tokens": sum(s.tokens or 0 for s in segments),
-            "sources": [{"id": s.id, "kind": s.kind, "uri": s.uri, "title": s.title,
-                         "tokens": s.tokens} for s in context.sources],
+            "sources": [_source_entry(s, maps[s.id]) for s in context.sources],
             "segments": [{"id": s.id, "source_id": s.source_id, "title": s.title,
                           "tokens": s.tokens, "chunk_ids": list(s.chunk_ids), "text": s.text}
                          for s in segments],
-            "chunks": [{"id": c.id, "source_id": c.source_id, "start": c.start, "end": c.end,
+            "spans": [span.to_dict() for span in spans],
+            "chunks": [{"id": c.id, "source_id": c.source_id,
+                        **dict(zip(("start", "end"), maps[c.source_id].span(c.start, c.end),
+                                   strict=True)),
                         "tokens": c.tokens, "lang": c.lang, "kept": c.id in kept_ids,
+                        "partial": c.id in partial,
                         "scores": dict(c.scores), "labels": dict(c.labels)}
                        for c in context.chunks],
             "facts": [{"id": f.id, "text": f.text, "chunk_ids": list(f.chunk_ids),
@@ -122,6 +136,16 @@ class JsonRenderer(Component):
                        "skipped": r.skipped} for r in context.reports],
         }
         return json.dumps(data, ensure_ascii=False, indent=2, default=str)
+
+
+def _source_entry(source: Source, offsets: OffsetMap) -> dict[str, Any]:
+    """A source in the JSON: what its offsets index, and that text when it is not the input."""
+    entry: dict[str, Any] = {"id": source.id, "kind": source.kind, "uri": source.uri,
+                             "title": source.title, "tokens": source.tokens,
+                             "offsets_into": offsets.base_kind}
+    if offsets.base_kind != "input":
+        entry["base_text"] = offsets.base
+    return entry
 
 
 class MessagesRenderer(Component):

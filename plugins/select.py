@@ -64,10 +64,21 @@ def segments_for(context: Context, kept: list[Kept]) -> tuple[Segment, ...]:
                 runs.append([item.start, item.end])
             if item.chunk.id not in ids:
                 ids.append(item.chunk.id)
-        text = GAP_MARK.join(source.text[s:e].strip() for s, e in runs)
+        spans = [stripped(source.text, s, e) for s, e in runs]
+        text = GAP_MARK.join(source.text[s:e] for s, e in spans)
         segments.append(Segment(id=f"{source.id}-kept", text=text, chunk_ids=tuple(ids),
-                                title=source.title or source.uri, source_id=source.id))
+                                title=source.title or source.uri, source_id=source.id,
+                                spans=tuple((source.id, s, e) for s, e in spans if e > s)))
     return tuple(segments)
+
+
+def stripped(text: str, start: int, end: int) -> tuple[int, int]:
+    """`[start, end)` without the whitespace at its edges (what `text[start:end].strip()` keeps)."""
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
 
 
 def mmr_order(chunks: list[Chunk], value: dict[str, float], redundancy: float,

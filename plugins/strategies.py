@@ -130,9 +130,11 @@ class FactCentric(Component):
         run.note("batch_budget", budget)
         run.note("checklist_budget", limit)
         run.note("checklist_facts", len(shown))
+        here = {s.id for s in context.sources}
         segment = Segment(id="facts", text=text, title="Facts",
                           chunk_ids=tuple(dict.fromkeys(c for f in shown for c in f.chunk_ids)),
-                          metadata=frozen_mapping({"fact_ids": [f.id for f in shown]}))
+                          metadata=frozen_mapping({"fact_ids": [f.id for f in shown]}),
+                          spans=tuple(f.span for f in shown if f.span and f.span[0] in here))
         meta = {**context.meta, "checklist": [f.id for f in shown], "checklist_budget": limit}
         return context.evolve(facts=tuple(facts), segments=(segment,) if shown else (),
                               meta=frozen_mapping(meta))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import threading
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -128,14 +129,20 @@ def _terms(text: str) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=200_000)
 def _word_terms(token: str) -> tuple[str, ...]:
-    """Terms of one Latin token: lower case, no stop words, stemmed (cached: tokens repeat)."""
-    word = token.lower().strip("'-_")
+    """Terms of one Latin token: lower case, no stop words, stemmed (cached: tokens repeat).
+    Compatibility forms fold for matching only (`ｆｕｌｌ` matches `full`, `km²` matches `km2`)."""
+    word = fold(token).lower().strip("'-_")
     if word.endswith("'s"):
         word = word[:-2]
     en_stop = stopwords("en")
     parts = _SPLIT.split(word) if ("-" in word or "'" in word) else (word,)
     return tuple(stem(p) if p.isalpha() else p for p in parts
                  if p and p not in en_stop and (len(p) > 1 or p.isdigit()))
+
+
+def fold(token: str) -> str:
+    """NFKC of a non-ASCII token, for matching: the output keeps the source's own characters."""
+    return token if token.isascii() else unicodedata.normalize("NFKC", token)
 
 
 def is_han(char: str) -> bool:

@@ -99,7 +99,8 @@ class TopicCompressor(Component):
             ids = tuple(dict.fromkeys(c for f in found for c in f.chunk_ids))
             segments.append(Segment(id=f"topic-{len(segments) + 1}", text="\n".join(f.text for f in found),
                                     title=topic, chunk_ids=ids, metadata=frozen_mapping(
-                                        {"topic": topic, "fact_ids": [f.id for f in found]})))
+                                        {"topic": topic, "fact_ids": [f.id for f in found]}),
+                                    spans=tuple(f.span for f in found if f.span)))
         segments = self._fit(segments, all_facts, context, run)
         run.note("topics", {s.title: len(s.metadata["fact_ids"]) for s in segments})
         return context.evolve(facts=tuple(all_facts.values()), segments=tuple(segments))
@@ -119,7 +120,8 @@ class TopicCompressor(Component):
                 ids = [f for f in s.metadata["fact_ids"] if f in keep]
                 out.append(Segment(id=s.id, text="\n".join(facts[f].text for f in ids), title=s.title,
                                    chunk_ids=tuple(dict.fromkeys(c for f in ids for c in facts[f].chunk_ids)),
-                                   metadata=frozen_mapping({**s.metadata, "fact_ids": ids})))
+                                   metadata=frozen_mapping({**s.metadata, "fact_ids": ids}),
+                                   spans=tuple(sp for f in ids if (sp := facts[f].span))))
             return out
 
         current = rebuilt()

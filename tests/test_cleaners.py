@@ -16,10 +16,24 @@ def run_steps(steps: str, *sources: Source) -> list[Source]:
     return list(pipeline.run(list(sources)).sources)
 
 
-def test_normalize_nfkc_controls_zero_width_and_whitespace() -> None:
+def test_normalize_keeps_meaning_and_removes_controls_zero_width_and_blank_runs() -> None:
     text = "Ｆｕｌｌ\u200bwidth\u00a0text\x07 here\r\n\r\n\r\n\r\nnext\t\tline   end  \n"
-    assert normalize_text(text) == "Fullwidth text here\n\nnext line end"
-    assert normalize_text("数据\u200d，好") == "数据,好"
+    assert normalize_text(text) == "Ｆｕｌｌwidth\u00a0text here\n\nnext line end"
+    assert normalize_text("数据\u200d，好") == "数据，好"  # full-width punctuation is the source's
+    meaning = "10⁶ cells, 438,491.51 km², H₂O, \ufb01ne, caf\u0065\u0301"
+    assert normalize_text(meaning) == "10⁶ cells, 438,491.51 km², H₂O, \ufb01ne, café"  # NFC composes
+    # compatibility folding only when a pipeline asks for it
+    assert normalize_text(meaning, "NFKC") == "106 cells, 438,491.51 km2, H2O, fine, café"
+    assert normalize_text(text, "NFKC").startswith("Fullwidth text here")
+
+
+def test_normalize_default_keeps_superscripts_in_pipeline_output() -> None:
+    import compactor
+
+    text = "The culture reached 10⁶ cells per ml. The land area is 438,491.51 km². Water is H₂O."
+    out = compactor.compress(text, budget=50)
+    for kept in ("10⁶", "km²", "H₂O"):
+        assert kept in out
 
 
 def test_html_keeps_the_article_and_drops_chrome() -> None:

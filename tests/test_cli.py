@@ -44,10 +44,18 @@ def test_json_output_carries_provenance() -> None:
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["budget"] == 200 and data["text_tokens"] <= 200
-    kept = {c["id"]: c for c in data["chunks"] if c["kept"]}
+    kept = {c["id"]: c for c in data["chunks"] if c["kept"] or c["partial"]}
+    assert not any(c["kept"] and c["partial"] for c in data["chunks"])
     [segment] = data["segments"]
     assert segment["chunk_ids"] and set(segment["chunk_ids"]) <= set(kept)
     assert all(c["end"] > c["start"] and c["tokens"] > 0 for c in kept.values())
+    # an HTML page: offsets index the extracted text, which the JSON carries
+    [source] = data["sources"]
+    assert source["offsets_into"] == "extracted_text"
+    assert data["spans"] and all(source["base_text"][s["start"]:s["end"]] == s["text"]
+                                 for s in data["spans"])
+    assert " ".join(" ".join(s["text"].split()) for s in data["spans"]) == " ".join(
+        " ".join(part.split()) for part in segment["text"].split("[…]"))
     assert [s["stage"] for s in data["steps"]][:4] == ["clean", "clean", "clean", "chunk"]
 
 
