@@ -198,7 +198,16 @@ class OffsetMap:
                 out[-1][1] = max(out[-1][1], b)
             else:
                 out.append([a, b])
-        return [(a, b) for a, b in out]
+        base = self.base
+        trimmed = []
+        for a, b in out:  # a range that starts or ends at a joiner keeps no blank edge
+            while a < b and base[a].isspace():
+                a += 1
+            while b > a and base[b - 1].isspace():
+                b -= 1
+            if b > a:
+                trimmed.append((a, b))
+        return trimmed
 
     def span(self, start: int, end: int) -> tuple[int, int]:
         """Base offsets `[start, end)` of the working-text span `[start, end)`."""

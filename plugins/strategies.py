@@ -223,6 +223,11 @@ class ChunkFiltering(Component):
         run.note("batch_budget", limit)
         run.note("checklist_budget", session)
         segments = segments_for(context, [Kept(c, c.start, c.end) for c in kept])
+        cap = context.resolved_budget()
+        while kept and cap is not None and run.counter.count(
+                "\n\n".join(s.text for s in segments)) > cap:  # the gap marks between kept chunks
+            kept.remove(min(kept, key=lambda c: value[c.id]))
+            segments = segments_for(context, [Kept(c, c.start, c.end) for c in kept])
         meta = {**context.meta, "kept_chunk_ids": ids, "checklist_budget": session,
                 "chunk_scores": {i: scores[i] for i in ids if i in scores}}
         return context.evolve(segments=segments, meta=frozen_mapping(meta))
