@@ -159,6 +159,8 @@ def _main(args: argparse.Namespace) -> int:
     inputs = Context(sources=tuple(sources), query=pipeline.spec.query, budget=pipeline.spec.budget,
                      meta=frozen_mapping({"conversation_options": options} if options else {}))
     store = open_store(args.store or (DEFAULT_STORE if args.session else None)) if conversation else None
+    if store is not None and (args.store or args.session):
+        pipeline.record_runs(store)  # a conversation's runs go to the store its chunks go to
     context = pipeline.run(inputs, query=args.query, budget=args.budget, output_format=args.format,
                            progress=progress, store=store, session=args.session)
     if store is not None and (args.store or args.session):
@@ -170,8 +172,9 @@ def _main(args: argparse.Namespace) -> int:
         write_atomic(Path(args.report), html_report(context, f"compactor · {pipeline.spec.name}"))
         args.report = None  # the JSON report is not written as well
     _emit(args, text, report_dict(context), newline=fmt != "json")
-    if args.store and args.metrics_file and not conversation:
-        write_atomic(Path(args.metrics_file), prometheus_text(rolling_stats(open_store(args.store))))
+    if args.metrics_file and (args.store or (conversation and args.session)):
+        runs = store if store is not None else open_store(args.store)
+        write_atomic(Path(args.metrics_file), prometheus_text(rolling_stats(runs)))
     if args.fail_under is not None:
         return _quality_gate(context, args.fail_under)
     return 0
@@ -225,6 +228,9 @@ def _session_main(args: argparse.Namespace) -> int:
     if args.print_config:
         sys.stdout.write(compacter.pipeline.print_config())
         return 0
+    persistent = store is not None or bool(compacter.pipeline.spec.store.get("path"))
+    if persistent:  # each batch's pipeline run is recorded in the session's store
+        compacter.pipeline.record_runs(compacter.store)
     batch = compacter.process_search_results(read_paths(args.inputs or ["-"]))
     if args.report_context:
         text = compacter.reconstruct_report_context(budget=args.budget)
@@ -236,6 +242,8 @@ def _session_main(args: argparse.Namespace) -> int:
     else:
         text = compacter.checklist_text()
     _emit(args, text, batch)
+    if args.metrics_file and persistent:
+        write_atomic(Path(args.metrics_file), prometheus_text(rolling_stats(compacter.store)))
     if not args.quiet:
         print(f"compactor-run: session {compacter.session} ({compacter.strategy}): batch {batch['batch']}, "
               f"{batch['new_pages']} new page(s) of {batch['results']}, {len(batch['quarantined'])} "

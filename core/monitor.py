@@ -4,10 +4,15 @@
 pipeline hands it each finished or failed run, and it writes one record to the store: time, tokens
 in and out, ratio, loss level and retention (from `validate.loss`), whether a fallback answered,
 success (with the error and the failing step).
-`rolling_stats` summarises the last 100 runs per pipeline and flags runs several times slower than
-their pipeline's median, or much lossier; `prometheus_text` writes the same figures for scraping.
+`rolling_stats` summarises the last 100 runs per pipeline (with the mean retention of the runs a
+`validate.loss` step measured) and flags runs several times slower than their pipeline's median, or
+much lossier; `prometheus_text` writes the same figures for scraping. The command line records every
+pipeline it runs with `--store` (or `--session`): plain, conversation and search-session pipelines,
+and each document of a batch.
 
     compactor-run qa notes.txt --query "..." --store runs.sqlite        # recorded
+    compactor-run conversation history.json --budget 4000 --store runs.sqlite
+    compactor-run deep-search results.jsonl --query "..." --store runs.sqlite
     compactor-run --stats --store runs.sqlite --metrics-file metrics.prom
 """
 
@@ -62,6 +67,11 @@ class RunRecorder:
         if context is not None:
             tokens_in = int(context.meta.get("input_tokens", context.tokens) or 0)
             tokens_out = context.output_tokens
+            plans = context.meta.get("conversations") or {}
+            if plans and all(isinstance(p, Mapping) and "tokens" in p for p in plans.values()):
+                # a compacted history costs what its messages cost in a request (as its input was
+                # counted and its budget applies), not the tokens of the JSON text it is written as
+                tokens_out = sum(int(p["tokens"]) for p in plans.values())
             loss = next((dict(r.details["validate.loss"]) for r in reversed(context.reports)
                          if not r.skipped and "validate.loss" in r.details), {})
             record.update(
@@ -125,14 +135,16 @@ def anomalies(runs: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any]
 
 
 def rolling_stats(store: ChunkStore, window: int = WINDOW) -> dict[str, dict[str, Any]]:
-    """Per pipeline, over its last `window` runs: count, median and p95 seconds, mean ratio,
-    success and fallback rates, loss levels, anomalies."""
+    """Per pipeline, over its last `window` runs: count, median and p95 seconds, mean ratio, mean
+    retention (validate.loss's quality figure, over the runs that have one), success and fallback
+    rates, loss levels, anomalies."""
     pipelines = store.run_pipelines()
     out: dict[str, dict[str, Any]] = {}
     for name in pipelines:
         runs = store.runs(name, window)
         seconds = sorted(float(r["seconds"]) for r in runs)
         ratios = [float(r["ratio"]) for r in runs if r.get("ratio") is not None]
+        retentions = [float(r["retention"]) for r in runs if r.get("retention") is not None]
         levels: dict[str, int] = {}
         for r in runs:
             if r.get("loss_level"):
@@ -142,6 +154,7 @@ def rolling_stats(store: ChunkStore, window: int = WINDOW) -> dict[str, dict[str
             "median_seconds": statistics.median(seconds) if seconds else 0.0,
             "p95_seconds": seconds[math.ceil(0.95 * (len(seconds) - 1))] if seconds else 0.0,
             "mean_ratio": statistics.mean(ratios) if ratios else None,
+            "mean_retention": statistics.mean(retentions) if retentions else None,
             "success_rate": sum(bool(r.get("success")) for r in runs) / len(runs) if runs else 0.0,
             "fallback_rate": sum(bool(r.get("fallback")) for r in runs) / len(runs) if runs else 0.0,
             "loss_levels": levels,
@@ -154,12 +167,14 @@ def stats_text(stats: Mapping[str, Mapping[str, Any]]) -> str:
     """The rolling figures as a table, anomalies listed under their pipeline."""
     if not stats:
         return "no runs recorded yet (runs are recorded when a store is given: --store PATH)"
-    lines = [f"{'pipeline':<18}{'runs':>6}{'median s':>10}{'p95 s':>9}{'ratio':>8}{'success':>9}"
-             f"{'fallback':>10}{'anomalies':>11}"]
+    lines = [f"{'pipeline':<18}{'runs':>6}{'median s':>10}{'p95 s':>9}{'ratio':>8}{'retention':>11}"
+             f"{'success':>9}{'fallback':>10}{'anomalies':>11}"]
     for name, s in stats.items():
         ratio = f"{s['mean_ratio']:.3f}" if s["mean_ratio"] is not None else "-"
+        retention = f"{s['mean_retention']:.3f}" if s.get("mean_retention") is not None else "-"
         lines.append(f"{name:<18}{s['runs']:>6}{s['median_seconds']:>10.4f}{s['p95_seconds']:>9.4f}"
-                     f"{ratio:>8}{s['success_rate']:>9.0%}{s['fallback_rate']:>10.0%}{len(s['anomalies']):>11}")
+                     f"{ratio:>8}{retention:>11}{s['success_rate']:>9.0%}{s['fallback_rate']:>10.0%}"
+                     f"{len(s['anomalies']):>11}")
         for anomaly in s["anomalies"][:10]:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(anomaly["time"] or 0))
             lines.append(f"  ! {when}  {anomaly['reason']}")
@@ -173,6 +188,8 @@ def prometheus_text(stats: Mapping[str, Mapping[str, Any]]) -> str:
         ("compactor_run_seconds_median", "Median run time in seconds.", lambda s: s["median_seconds"]),
         ("compactor_run_seconds_p95", "95th percentile run time in seconds.", lambda s: s["p95_seconds"]),
         ("compactor_compression_ratio_mean", "Mean tokens out / tokens in.", lambda s: s["mean_ratio"]),
+        ("compactor_retention_mean", "Mean validate.loss retention of the runs that have one.",
+         lambda s: s.get("mean_retention")),
         ("compactor_success_ratio", "Share of runs that succeeded.", lambda s: s["success_rate"]),
         ("compactor_fallback_ratio", "Share of runs a fallback answered.", lambda s: s["fallback_rate"]),
         ("compactor_anomalies", "Anomalous runs in the window.", lambda s: len(s["anomalies"])),

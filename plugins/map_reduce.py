@@ -4,7 +4,8 @@ Below `max_tokens x safety_margin` (45000 x 0.8 = 36000 by default) the observat
 through ("direct_to_reporter"). Above it ("compress_first"), every chunk (use `chunk.tokens` with
 size 8000 and overlap 400, the seed's splitter) is mapped to its query-relevant sentences in parallel
 with bounded concurrency, the extracts are reduced (overlap repeats merged, order kept), and when the
-result is still above half the threshold a second pass keeps the best sentences across all extracts.
+result is still above half of `max_tokens` (45000 // 2 = 22500, the seed's
+`max_observations_tokens // 2`) a second pass keeps the best sentences across all extracts.
 The step report records the decision, the estimated tokens and the reason, like the seed's state
 fields (`compression_decision`, `estimated_tokens`, `decision_reason`).
 
@@ -76,7 +77,7 @@ def _best(sentences: list[Sentence], limit: int) -> list[Sentence]:
 
 class MapReduce(Component):
     """Token router plus map-reduce: pass through below the threshold, else extract per chunk
-    (in parallel), merge, and run a second pass while the result is over half the threshold."""
+    (in parallel), merge, and run a second pass while the result is over half of `max_tokens`."""
 
     name = "compress.map_reduce"
     stage = "compress"
@@ -129,22 +130,27 @@ class MapReduce(Component):
                  f"{estimated} tokens > {threshold} ({self.max_tokens} x {self.safety_margin})")
         extracts = self._map(chunks, context.query, run)
         kept = self._reduce(extracts)
-        tokens = sum(s.tokens for s in kept)
+        segments = self._segments(context, kept)
+        # the merged result as written (gap marks and joins cost tokens too): the seed's combined_tokens
+        tokens = sum(run.counter.count_many([g.text for g in segments]))
         run.note("map_chunks", len(chunks))
         run.note("tokens_after_map", tokens)
         passes = 1
-        target = min(threshold // 2, context.resolved_budget() or threshold // 2)
+        # seed 003: a second pass when the merged result is still over `max_observations_tokens // 2`
+        # (45000 // 2 = 22500), not half the 36000 routing threshold; never above that threshold
+        # (a safety_margin under 0.5) nor above the caller's budget, which the output must fit.
+        half = min(self.max_tokens // 2, threshold)
+        target = min(half, context.resolved_budget() or half)
+        run.note("second_pass_above", target)
         if tokens > target and self.second_pass:
             kept = _best(kept, target)
             passes = 2
-            tokens = sum(s.tokens for s in kept)
-        run.note("passes", passes)
-        segments = self._segments(context, kept)
-        if passes == 2:  # gap marks and joins cost tokens too: drop the weakest until it truly fits
-            by_score = sorted(kept, key=lambda s: s.score)
+            segments = self._segments(context, kept)
+            by_score = sorted(kept, key=lambda s: s.score)  # drop the weakest until it truly fits
             while len(kept) > 1 and sum(run.counter.count_many([g.text for g in segments])) > target:
                 kept.remove(by_score.pop(0))
                 segments = self._segments(context, kept)
+        run.note("passes", passes)
         if self.llm:
             segments = self._llm(chunks, context, target, run) or segments
         run.note("tokens_after_reduce", sum(run.counter.count_many([s.text for s in segments])))

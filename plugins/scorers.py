@@ -173,8 +173,10 @@ class ImportanceScorer(Component):
     requires = ("chunks",)
     provides = ("scores",)
 
-    def __init__(self, *, criticality: float = 0.35, dependency: float = 0.2, uniqueness: float = 0.25,
+    def __init__(self, *, criticality: float = 0.35, dependency: float = 0.25, uniqueness: float = 0.2,
                  actionability: float = 0.2) -> None:
+        # seed 004's ImportanceRanker: 0.35 criticality + 0.25 dependency + 0.20 uniqueness
+        # + 0.20 actionability
         self.weights = {"criticality": criticality, "dependency": dependency,
                         "uniqueness": uniqueness, "actionability": actionability}
 
