@@ -39,6 +39,15 @@ CONTRIBUTING_STAGES = frozenset({"classify", "score", "validate"})
 _MISSING = inspect.Parameter.empty
 
 
+class DataPath(str):
+    """The type of a parameter that names a data file (a prompt, a pattern table).
+
+    Pipeline files are code a user may receive from someone else, so in a pipeline a data path is
+    relative and resolves inside the pipeline file's folder (or the compactor package): no
+    absolute paths, no `..`, no symlinks out. The component receives the resolved absolute path.
+    """
+
+
 class Component:
     """Base class for everything a pipeline step can `use:`."""
 
@@ -146,6 +155,8 @@ def type_name(annotation: Any) -> str:
     """Readable name of a type hint, as shown in errors and `--list-plugins`."""
     if annotation is Any:
         return "any"
+    if annotation is DataPath:
+        return "path"
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin is Literal:
@@ -173,6 +184,8 @@ def check_type(value: Any, annotation: Any) -> bool:
         return any(check_type(value, a) for a in args)
     if annotation is type(None) or annotation is None:
         return value is None
+    if annotation is DataPath:
+        return isinstance(value, str)
     if annotation is bool:
         return isinstance(value, bool)
     if annotation is int:

@@ -30,6 +30,11 @@ _ARITH: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Mult: operator.mul,
     ast.Div: operator.truediv,
 }
+#: Bounds: a condition is a short test, and `'x' * 3000000000` must not allocate 3 GB.
+MAX_CONDITION_CHARS = 2_000
+MAX_LITERAL_CHARS = 1_000
+MAX_SEQUENCE = 10_000  # characters or items of any value a condition computes
+MAX_NUMBER_DIGITS = 40
 _CONSTANT_NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False,
                    "None": None}
 
@@ -47,19 +52,47 @@ class Condition:
     names: tuple[str, ...]
 
     def evaluate(self, lookup: Callable[[str], Any]) -> bool:
-        """Truth value, with `lookup(dotted_name)` providing the values of names."""
-        return bool(_eval(self.tree.body, lookup))
+        """Truth value, with `lookup(dotted_name)` providing the values of names. A value too
+        large to compute at run time makes the condition false, as a type mismatch does."""
+        try:
+            return bool(_eval(self.tree.body, lookup))
+        except ConditionError:
+            return False
 
 
 def parse_condition(source: str) -> Condition:
-    """Parse and check an expression; ConditionError says what is not allowed."""
+    """Parse and check an expression; ConditionError says what is not allowed.
+
+    Parts without names are evaluated here, so a literal or product too large fails `--check`."""
+    if len(source) > MAX_CONDITION_CHARS:
+        raise ConditionError(f"a condition may have at most {MAX_CONDITION_CHARS} characters, "
+                             f"this one has {len(source)}")
     try:
         tree = ast.parse(source.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise ConditionError(f"cannot parse condition {source!r}: {exc.msg}") from None
+    except (SyntaxError, RecursionError, MemoryError) as exc:
+        reason = exc.msg if isinstance(exc, SyntaxError) else "nested too deeply"
+        raise ConditionError(f"cannot parse condition {source[:80]!r}: {reason}") from None
     names: list[str] = []
     _check(tree.body, names)
+    if not names:
+        _eval(tree.body, lambda _: None)
+    else:
+        _fold(tree.body)
     return Condition(source, tree, tuple(dict.fromkeys(names)))
+
+
+def _fold(node: ast.expr) -> bool:
+    """Evaluate every name-free part of a condition once (raising when it is too large); returns
+    whether `node` itself is name-free."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Name | ast.Attribute):
+        return (_dotted(node) or "") in _CONSTANT_NAMES
+    children = [c for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr)]
+    constant = all([_fold(c) for c in children])
+    if constant and isinstance(node, ast.BinOp):
+        _eval(node, lambda _: None)
+    return constant
 
 
 def _dotted(node: ast.expr) -> str | None:
@@ -75,6 +108,9 @@ def _check(node: ast.expr, names: list[str]) -> None:
     if isinstance(node, ast.Constant):
         if not isinstance(node.value, str | int | float | bool) and node.value is not None:
             raise ConditionError(f"literal {node.value!r} is not allowed")
+        if isinstance(node.value, str) and len(node.value) > MAX_LITERAL_CHARS:
+            raise ConditionError(f"a string in a condition may have at most {MAX_LITERAL_CHARS} "
+                                 "characters")
         return
     if isinstance(node, ast.Name | ast.Attribute):
         dotted = _dotted(node)
@@ -125,10 +161,42 @@ def _eval(node: ast.expr, lookup: Callable[[str], Any]) -> Any:
         return True
     if isinstance(node, ast.BinOp):
         left, right = _eval(node.left, lookup), _eval(node.right, lookup)
+        _bounded(node, left, right)
         return _safe(lambda: _ARITH[type(node.op)](left, right))
     if isinstance(node, ast.List | ast.Tuple):
         return [_eval(e, lookup) for e in node.elts]
     raise ConditionError(f"unexpected {ast.unparse(node)!r}")  # unreachable after _check
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, str | list | tuple):
+        return len(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return 0
+    return value.bit_length() * 3 // 10  # about its decimal digits
+
+
+def _bounded(node: ast.BinOp, left: Any, right: Any) -> None:
+    """Refuse an operation whose result would be too large, before computing it."""
+    big = (MAX_SEQUENCE, MAX_SEQUENCE)
+    if isinstance(node.op, ast.Mult):
+        sizes = [_size(left), _size(right)]
+        if isinstance(left, str | list | tuple) and isinstance(right, int):
+            result = len(left) * max(right, 0)
+        elif isinstance(right, str | list | tuple) and isinstance(left, int):
+            result = len(right) * max(left, 0)
+        elif isinstance(left, int) and isinstance(right, int):
+            result = sum(sizes)
+            big = (MAX_NUMBER_DIGITS * 2, MAX_NUMBER_DIGITS * 2)
+        else:
+            return
+    elif isinstance(node.op, ast.Add):
+        result = _size(left) + _size(right)
+    else:
+        return
+    if result > big[0]:
+        raise ConditionError(f"{ast.unparse(node)[:60]!r} gives a value too large for a condition "
+                             f"(more than {big[1]:,} characters, items or digits)")
 
 
 def _safe(compute: Callable[[], Any]) -> Any:

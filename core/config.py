@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import difflib
 import os
+import pathlib
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import regex
 
-from compactor.components import CONTRIBUTING_STAGES, STAGES, check_type, type_name
+from compactor.components import CONTRIBUTING_STAGES, STAGES, DataPath, check_type, type_name
 from compactor.conditions import Condition, ConditionError, parse_condition
 from compactor.document import Budget
 from compactor.errors import ConfigError, Problem
@@ -266,6 +268,12 @@ def _check_params(
             problems.append(marked.problem((*base, key), f"{info.name} expects {param.type_name}, "
                                            f"got {type(value).__name__} {value!r}"))
             continue
+        if _names_data_path(param.annotation) and isinstance(value, str):
+            resolved, why = resolve_data_path(value, marked.folder)
+            if why:
+                problems.append(marked.problem((*base, key), f"{info.name}: {why}"))
+                continue
+            value = resolved
         out[key] = _coerce_numbers(value, param.annotation)
     for param in declared.values():
         if param.name not in out:
@@ -278,6 +286,34 @@ def _check_params(
     if checker is not None and len(out) == len(declared):
         for message in checker(dict(out)):
             problems.append(marked.problem(base, f"{info.name}: {message}"))
+
+
+def _names_data_path(annotation: Any) -> bool:
+    return annotation is DataPath or DataPath in typing.get_args(annotation)
+
+
+def _package_root() -> pathlib.Path:
+    return pathlib.Path(__file__).resolve().parent.parent
+
+
+def resolve_data_path(value: str, folder: pathlib.Path) -> tuple[str, str | None]:
+    """A pipeline's data file (prompt, pattern table) as an absolute path inside the pipeline's
+    folder or the compactor package, or why it is refused: pipeline files may come from someone
+    else, and a path out of their folder would read any file (and send it to the LLM endpoint)."""
+    given = pathlib.PurePath(value)
+    if not value.strip():
+        return value, "a data file path must not be empty"
+    if given.is_absolute() or value.startswith("~"):
+        return value, f"data file {value!r} must be a relative path (inside the pipeline's folder)"
+    if ".." in given.parts:
+        return value, f"data file {value!r} must not leave the pipeline's folder ('..')"
+    root = folder.resolve()
+    target = (root / given).resolve()  # follows symlinks: a link out of the folder is refused
+    if not (target.is_relative_to(root) or target.is_relative_to(_package_root())):
+        return value, f"data file {value!r} resolves outside the pipeline's folder ({target})"
+    if not target.is_file():
+        return value, f"data file {value!r} not found in {root}"
+    return str(target), None
 
 
 def validate(marked: Marked, registry: Registry) -> PipelineSpec:
@@ -430,9 +466,11 @@ def _parse_weights(
 
 def load_spec(
     text: str, file: str, registry: Registry, env: Mapping[str, str] | None = None,
+    folder: pathlib.Path | None = None,
 ) -> PipelineSpec:
-    """All three passes over one pipeline file's text."""
-    marked = load_marked(text, file)
+    """All three passes over one pipeline file's text; its relative data paths resolve in `folder`
+    (the current directory when None)."""
+    marked = load_marked(text, file, folder)
     problems = interpolate(marked, os.environ if env is None else env)
     try:
         spec = validate(marked, registry)

@@ -24,6 +24,7 @@ from compactor.observe import StepObserver, with_counts
 from compactor.registry import Registry, build_registry
 from compactor.run import Run, StepRecord
 from compactor.tokens import TokenCounter, get_counter
+from compactor.yamlmarks import MAX_FILE_CHARS
 
 Progress = Callable[[int, int, str], None]
 #: Upper bound on validator-requested re-compressions in one run, whatever validators ask.
@@ -37,10 +38,25 @@ def shipped_pipelines() -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
+SHIPPED_SUFFIX = " (shipped)"
+
+
+def pipeline_folder(file: str) -> Path:
+    """Where a pipeline's relative data paths resolve: its file's folder (the package's pipelines
+    for a shipped one), else the current directory."""
+    if file.endswith(SHIPPED_SUFFIX):
+        return Path(str(importlib.resources.files(SHIPPED_PACKAGE)))
+    path = Path(file)
+    return path.parent if path.is_file() else Path.cwd()
+
+
 def read_pipeline_text(name_or_path: str | os.PathLike[str]) -> tuple[str, str]:
     """(text, file label) of a pipeline file path, or of a shipped pipeline by name."""
     path = Path(name_or_path)
     if path.is_file():
+        if path.stat().st_size > MAX_FILE_CHARS * 4:
+            raise ConfigError(Problem(f"the file has {path.stat().st_size:,} bytes; a pipeline file "
+                                      f"may have at most {MAX_FILE_CHARS:,} characters", str(path)))
         try:
             return path.read_text(encoding="utf-8"), str(name_or_path)
         except (OSError, UnicodeDecodeError) as exc:
@@ -50,7 +66,7 @@ def read_pipeline_text(name_or_path: str | os.PathLike[str]) -> tuple[str, str]:
         stem = name[:-5] if name.endswith(".yaml") else name
         resource = importlib.resources.files(SHIPPED_PACKAGE).joinpath(f"{stem}.yaml")
         if resource.is_file():
-            return resource.read_text(encoding="utf-8"), f"{stem}.yaml (shipped)"
+            return resource.read_text(encoding="utf-8"), f"{stem}.yaml{SHIPPED_SUFFIX}"
     raise ConfigError(Problem(f"no such pipeline file. Shipped pipelines: "
                               f"{', '.join(shipped_pipelines())}", name))
 
@@ -133,11 +149,14 @@ class Pipeline:
     @classmethod
     def from_string(
         cls, text: str, *, file: str = "<string>", plugins: Iterable[Any] = (),
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None, folder: str | os.PathLike[str] | None = None,
     ) -> Pipeline:
-        """Load a pipeline from YAML text; `file` names it in error messages."""
+        """Load a pipeline from YAML text; `file` names it in error messages. Its data paths
+        (prompts, pattern tables) resolve inside `folder`: by default the file's folder, the
+        package's for a shipped pipeline, else the current directory."""
         registry = build_registry(plugins=plugins, env=env)
-        return cls(load_spec(text, file, registry, env), registry)
+        where = Path(folder) if folder is not None else pipeline_folder(file)
+        return cls(load_spec(text, file, registry, env, where), registry)
 
     def record_runs(self, store: Any) -> None:
         """Record every run of this pipeline (time, tokens, ratio, loss, fallback, success) into a

@@ -6,6 +6,7 @@ every value's `line:col` is kept by its path so later passes can point at the ex
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any
 
 import yaml
@@ -31,11 +32,14 @@ class Marked:
     """Parsed YAML plus the position of every path (1-based line and column)."""
 
     def __init__(self, data: Any, marks: dict[Path, tuple[int, int]], file: str,
-                 key_marks: dict[Path, tuple[int, int]] | None = None) -> None:
+                 key_marks: dict[Path, tuple[int, int]] | None = None,
+                 folder: pathlib.Path | None = None) -> None:
         self.data = data
         self.marks = marks
         self.key_marks = key_marks or {}
         self.file = file
+        #: where the file's relative data paths (prompts, pattern tables) resolve
+        self.folder = folder if folder is not None else pathlib.Path.cwd()
 
     def where(self, path: Path) -> tuple[int | None, int | None]:
         """Position of `path`, or of its nearest ancestor that has one."""
@@ -51,8 +55,20 @@ class Marked:
         return Problem(message, self.file, line, col, format_path(path) or None)
 
 
-def load_marked(text: str, file: str = "<string>") -> Marked:
-    """Parse one YAML document safely; ConfigError (all duplicate keys at once) on failure."""
+#: Pipeline files are a few kilobytes; these bounds keep a hostile one from exhausting the machine.
+MAX_FILE_CHARS = 1_000_000
+MAX_NODES = 20_000  # values after expanding aliases (a "billion laughs" file has 10^9)
+MAX_DEPTH = 40
+
+
+def load_marked(text: str, file: str = "<string>", folder: pathlib.Path | None = None) -> Marked:
+    """Parse one YAML document safely; ConfigError (all duplicate keys at once) on failure.
+
+    Bounded: the file's size, its nesting and the number of values once aliases are expanded
+    (`yaml.SafeLoader` shares aliased nodes, walking them expands them)."""
+    if len(text) > MAX_FILE_CHARS:
+        raise ConfigError(Problem(f"the file has {len(text):,} characters; a pipeline file may have "
+                                  f"at most {MAX_FILE_CHARS:,}", file))
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
@@ -63,52 +79,80 @@ def load_marked(text: str, file: str = "<string>") -> Marked:
         raise ConfigError(Problem(f"invalid YAML: {reason}", file, line, col)) from None
     except yaml.YAMLError as exc:
         raise ConfigError(Problem(f"invalid YAML: {exc}", file)) from None
+    except RecursionError:
+        raise ConfigError(Problem(f"the YAML is nested too deeply (more than {MAX_DEPTH} levels)",
+                                  file)) from None
     if node is None:
         raise ConfigError(Problem("the file is empty", file, 1, 1))
     marks: dict[Path, tuple[int, int]] = {}
     problems: list[Problem] = []
-    data = _build(node, (), marks, problems, file, loader)
-    loader.dispose()
+    walk = _Walk(file, loader, marks, problems)
+    try:
+        data = walk.build(node, ())
+    except _TooLarge as exc:
+        raise ConfigError(exc.problem) from None
+    finally:
+        loader.dispose()
     if problems:
         raise ConfigError(problems)
     key_marks = {path[:-1]: mark for path, mark in marks.items() if path and path[-1] == _KEY}
-    return Marked(data, {p: m for p, m in marks.items() if _KEY not in p}, file, key_marks)
+    return Marked(data, {p: m for p, m in marks.items() if _KEY not in p}, file, key_marks, folder)
 
 
-def _build(
-    node: yaml.Node,
-    path: Path,
-    marks: dict[Path, tuple[int, int]],
-    problems: list[Problem],
-    file: str,
-    loader: yaml.SafeLoader,
-) -> Any:
-    marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
-    if isinstance(node, yaml.MappingNode):
-        out: dict[Any, Any] = {}
-        seen: dict[Any, int] = {}
-        for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            if not isinstance(key, str | int | float | bool) and key is not None:
-                problems.append(_at(key_node, file, path, "mapping keys must be plain scalars"))
-                continue
-            key = str(key) if not isinstance(key, str) else key
-            if key in seen:
-                problems.append(
-                    _at(key_node, file, (*path, key),
-                        f"duplicate key {key!r} (first defined on line {seen[key]})")
-                )
-                continue
-            seen[key] = key_node.start_mark.line + 1
-            marks[(*path, key, _KEY)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-            out[key] = _build(value_node, (*path, key), marks, problems, file, loader)
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [
-            _build(item, (*path, i), marks, problems, file, loader)
-            for i, item in enumerate(node.value)
-        ]
-    return loader.construct_object(node, deep=True)
+class _TooLarge(Exception):
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.message)
+        self.problem = problem
+
+
+class _Walk:
+    """The node walker: values with their positions, within the size and depth bounds."""
+
+    def __init__(self, file: str, loader: yaml.SafeLoader, marks: dict[Path, tuple[int, int]],
+                 problems: list[Problem]) -> None:
+        self.file = file
+        self.loader = loader
+        self.marks = marks
+        self.problems = problems
+        self.nodes = 0
+
+    def build(self, node: yaml.Node, path: Path) -> Any:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise _TooLarge(_at(node, self.file, path, f"the file expands to more than {MAX_NODES:,} "
+                                "values (aliases repeat what they point at); a pipeline file "
+                                "cannot be that large"))
+        if len(path) > MAX_DEPTH:
+            raise _TooLarge(_at(node, self.file, path, f"the YAML is nested more than {MAX_DEPTH} "
+                                "levels deep"))
+        marks, file, loader = self.marks, self.file, self.loader
+        marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        if isinstance(node, yaml.MappingNode):
+            out: dict[Any, Any] = {}
+            seen: dict[Any, int] = {}
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    self.problems.append(_at(key_node, file, path, "mapping keys must be plain scalars"))
+                    continue
+                key = loader.construct_object(key_node, deep=True)
+                if not isinstance(key, str | int | float | bool) and key is not None:
+                    self.problems.append(_at(key_node, file, path, "mapping keys must be plain scalars"))
+                    continue
+                key = str(key) if not isinstance(key, str) else key
+                if key in seen:
+                    self.problems.append(
+                        _at(key_node, file, (*path, key),
+                            f"duplicate key {key!r} (first defined on line {seen[key]})")
+                    )
+                    continue
+                seen[key] = key_node.start_mark.line + 1
+                marks[(*path, key, _KEY)] = (key_node.start_mark.line + 1,
+                                             key_node.start_mark.column + 1)
+                out[key] = self.build(value_node, (*path, key))
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+        return loader.construct_object(node, deep=True)
 
 
 def _at(node: yaml.Node, file: str, path: Path, message: str) -> Problem:

@@ -25,7 +25,7 @@ from typing import Any
 import regex
 import yaml
 
-from compactor.components import Component
+from compactor.components import Component, DataPath
 from compactor.document import Context
 from compactor.hookspecs import hookimpl
 from compactor.prefilter import Prefilter
@@ -161,7 +161,7 @@ class RuleClassifier(Component):
     requires = ("chunks",)
     provides = ("labels",)
 
-    def __init__(self, *, patterns: str | None = None) -> None:
+    def __init__(self, *, patterns: DataPath | None = None) -> None:
         self.patterns = patterns
         self.tables = load_tables(patterns)
 

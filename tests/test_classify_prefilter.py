@@ -192,7 +192,7 @@ def test_the_pipeline_step_takes_a_custom_table(tmp_path: Path) -> None:
     path.write_text(CUSTOM, encoding="utf-8")
     pipeline = Pipeline.from_string(
         "version: 1\nsteps:\n  - use: chunk.sentences\n    with: {size: 40}\n"
-        f"  - use: classify.rules\n    with: {{patterns: {json.dumps(str(path))}}}\n")
+        "  - use: classify.rules\n    with: {patterns: billing.yaml}\n", folder=tmp_path)
     context = pipeline.run(CUSTOM_TEXTS[0])
     assert {c.labels["type"] for c in context.chunks} == {"billing"}
 
