@@ -266,13 +266,8 @@ class HierarchicalOrganizer(Component):
             organised = run.counter.encoding.decode_bytes(cut).decode("utf-8", "ignore")
         prompt = fill(template_for(self.prompt, "transcripts", lang), query=question, budget=limit,
                       content=f"{head}\n\n{organised}")
-        reply = complete_guarded([Request(prompt, f"{organised}\n{question}")], run)[0]
-        if reply is None:
-            return None
-        if not fits(f"{head}\n\n{reply}"):
-            run.note("llm_rejected", ["the summary is over the length limit"])
-            return None
-        return reply
+        return complete_guarded([Request(prompt, organised, query=question)], run, accept=lambda _, reply: (
+            [] if fits(f"{head}\n\n{reply}") else ["the summary is over the length limit"]))[0]
 
     @staticmethod
     def _segments(files: Sequence[Source], parts: list[str], kept: dict[str, list[_Line]],
