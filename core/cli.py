@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -101,9 +102,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StderrWarnings(logging.Handler):
+    """compactor's log warnings (LLM replies rejected, retries, a missing tokenizer) as one stderr
+    line each, remembered so the step warnings printed after a run do not repeat them."""
+
+    def __init__(self, quiet: bool) -> None:
+        super().__init__(logging.WARNING)
+        self.quiet = quiet
+        self.shown: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage().removeprefix("compactor: ")
+        self.shown.add(message)
+        if not self.quiet:
+            print(f"compactor-run: warning: {message}", file=sys.stderr)
+
+
+_WARNINGS = _StderrWarnings(quiet=False)
+
+
+def _print_warnings(context: Context, quiet: bool) -> None:
+    """Every step's warnings, one line each, unless already shown or --quiet."""
+    if quiet:
+        return
+    for report in context.reports:
+        for warning in report.warnings:
+            if warning not in _WARNINGS.shown:
+                _WARNINGS.shown.add(warning)
+                print(f"compactor-run: warning: {report.step}: {warning}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     args = build_parser().parse_intermixed_args(argv)
+    _WARNINGS.quiet = args.quiet
+    root = logging.getLogger("compactor")
+    if _WARNINGS not in root.handlers:
+        root.addHandler(_WARNINGS)
+        root.propagate = False
     try:
         return _main(args)
     except CompactorError as exc:
@@ -194,6 +230,7 @@ def _main(args: argparse.Namespace) -> int:
     if store is not None and (args.store or args.session):
         store.commit_batch(args.session or "conversation", Batch(
             sources=context.sources, chunks=context.chunks, report={"kind": "conversation"}))
+    _print_warnings(context, args.quiet)
     fmt = args.format or pipeline.spec.output["format"]
     text = explain(context) if args.explain else (context.output or "")
     if args.report and Path(args.report).suffix.lower() in (".html", ".htm"):
