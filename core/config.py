@@ -63,6 +63,8 @@ _SECTIONS: dict[str, dict[str, tuple[Any, Any, _Check | None]]] = {
         "max_tokens": (int, 1500, _positive),
         "timeout": (float, 60.0, _positive),
         "max_retries": (int, 3, _non_negative),
+        "deadline": (float | None, 30.0, lambda v: None if v is None or v >= 0 else
+                     "must be a number of seconds >= 0 (0 or null: no deadline)"),
         "concurrency": (int, 4, _positive),
     },
     "output": {

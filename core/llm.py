@@ -66,6 +66,9 @@ class LLMSettings:
     max_tokens: int = 1500
     timeout: float = 60.0
     max_retries: int = 3
+    #: Overall seconds for all of a step's calls, retries and waits included; past it the rule
+    #: output is kept. Each call's timeout is cut to what is left. None or 0: no deadline.
+    deadline: float | None = 30.0
     concurrency: int = 4
     #: First backoff delay in seconds (doubled per retry, with jitter); small in tests.
     retry_base_delay: float = 0.5
@@ -103,6 +106,7 @@ class LLMSettings:
             max_tokens=number("max_tokens", int),
             timeout=number("timeout", float),
             max_retries=number("max_retries", int),
+            deadline=number("deadline", float),
             concurrency=max(1, number("concurrency", int)),
             retry_base_delay=number("retry_base_delay", float),
             retry_max_delay=number("retry_max_delay", float),
@@ -166,9 +170,14 @@ def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = Non
 class LLMClient:
     """Chat completions with our own retries, and many at once with bounded concurrency."""
 
-    def __init__(self, settings: LLMSettings, *, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, settings: LLMSettings, *, sleep: Callable[[float], None] = time.sleep,
+                 deadline_at: float | None = None) -> None:
         self.settings = settings
         self._sleep = sleep
+        #: monotonic time by which every call must be done (a step's deadline, shared by its calls)
+        if deadline_at is None and settings.deadline:
+            deadline_at = time.monotonic() + settings.deadline
+        self.deadline_at = deadline_at
         self._client: Any = None
         self._lock = threading.Lock()
 
@@ -226,8 +235,10 @@ class LLMClient:
         }
         attempts = settings.max_retries + 1
         for attempt in range(1, attempts + 1):
+            left = self._left(attempt)
             try:
-                response = client.chat.completions.create(**request)
+                response = client.chat.completions.create(
+                    **request, timeout=settings.timeout if left is None else min(settings.timeout, left))
                 return _reply_text(response)
             except LLMError as exc:
                 exc.attempts = attempt
@@ -239,6 +250,7 @@ class LLMClient:
                                 attempt, error)
                     raise error from None
                 wait = self._delay(attempt, retry_after)
+                left = self._left(attempt + 1, wait)
                 log.warning("LLM call to %s failed (%s); retry %d of %d in %.2f s", settings.model,
                             error, attempt, settings.max_retries, wait)
                 self._sleep(wait)
@@ -274,6 +286,17 @@ class LLMClient:
             return list(pool.map(one, jobs))
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _left(self, attempt: int, wait: float = 0.0) -> float | None:
+        """Seconds left before the deadline after waiting `wait`; LLMError when none are."""
+        if self.deadline_at is None:
+            return None
+        left = self.deadline_at - time.monotonic() - wait
+        if left <= 0.05:
+            raise LLMError(f"the step's LLM deadline of {self.settings.deadline:g} s passed "
+                           f"(attempt {attempt - 1} of {self.settings.max_retries + 1})",
+                           reason="deadline", attempts=max(1, attempt - 1))
+        return left
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         """`Retry-After` when the server sent one, else exponential backoff with jitter; capped."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,16 @@ class StepRecord:
     calls: int = 0
     details: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: When the step's LLM calls must be done (monotonic clock), set by its first call.
+    llm_deadline: float | None = None
+
+    def deadline_for(self, seconds: float | None) -> float | None:
+        """The step's overall LLM deadline: `seconds` from its first call, shared by later ones."""
+        if seconds is None or seconds <= 0:
+            return None
+        if self.llm_deadline is None:
+            self.llm_deadline = time.monotonic() + seconds
+        return self.llm_deadline
 
 
 @dataclass(slots=True)

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import regex
 
 from compactor.compaction import SUMMARY_MARK, Plan, plan_compaction, plan_dict
-from compactor.components import Component
+from compactor.components import Component, DataPath
 from compactor.document import Chunk, Context, Message, Segment, Source, chunk_id, frozen_mapping
 from compactor.hookspecs import hookimpl
 from compactor.messages import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, message_tokens, speaker
@@ -84,7 +84,7 @@ class EightSegment(Component):
 
     def __init__(self, *, keep_last: int = 4, keep_first: bool = True, role: str | None = None,
                  summary_role: Literal["user", "system", "assistant"] = "user", next_step: bool = True,
-                 snippet_lines: int = 12, llm: bool = False, prompt: str | None = None,
+                 snippet_lines: int = 12, llm: bool = False, prompt: DataPath | None = None,
                  max_input_tokens: int = 12000) -> None:
         self.keep_last = keep_last
         self.keep_first = keep_first

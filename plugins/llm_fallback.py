@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import regex
 
-from compactor.components import Component, score_value
+from compactor.components import Component, DataPath, score_value
 from compactor.document import Chunk, Context, Segment, frozen_mapping
 from compactor.hookspecs import hookimpl
 from compactor.llm import LLMClient, LLMError, LLMSettings
@@ -75,7 +75,7 @@ class LLMFallback(Component):
     requires = ("chunks",)
     provides = ("segments",)
 
-    def __init__(self, *, policy: Policy = "explicit", prompt: str | None = None,
+    def __init__(self, *, policy: Policy = "explicit", prompt: DataPath | None = None,
                  language: Literal["auto", "en", "zh"] = "auto", max_input_tokens: int = 12000,
                  min_coverage: float = llm_guard.DEFAULT_MIN_COVERAGE) -> None:
         self.policy = policy
@@ -121,7 +121,8 @@ class LLMFallback(Component):
         run.note("input_chunks", len(chunks))
         run.note("language", lang)
         try:
-            with LLMClient(settings) as client:
+            deadline = run.step.deadline_for(settings.deadline) if run.step is not None else None
+            with LLMClient(settings, deadline_at=deadline) as client:
                 reply = client.complete([{"role": "user", "content": prompt}],
                                         temperature=settings.temperature, max_tokens=allowance)
         except LLMError as exc:

@@ -439,7 +439,8 @@ def complete_guarded(requests: Sequence[Request], run: Run, *, check_reply: bool
     run.note("llm_model", settings.model)
     limits = [r.max_tokens or settings.max_tokens for r in requests]
     try:
-        with LLMClient(settings) as client:
+        deadline = run.step.deadline_for(settings.deadline) if run.step is not None else None
+        with LLMClient(settings, deadline_at=deadline) as client:
             replies = client.complete_many([[{"role": "user", "content": r.prompt}] for r in requests],
                                            temperature=settings.temperature, max_tokens=limits)
     except LLMError as exc:  # pragma: no cover - complete_many returns errors per request

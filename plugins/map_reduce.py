@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from compactor.components import Component
+from compactor.components import Component, DataPath
 from compactor.document import Chunk, Context, Segment, frozen_mapping
 from compactor.hookspecs import hookimpl
 from compactor.plugins import facts as fx
@@ -91,7 +91,7 @@ class MapReduce(Component):
 
     def __init__(self, *, max_tokens: int = 45000, safety_margin: float = 0.8, map_share: float = 0.25,
                  second_pass: bool = True, concurrency: int = 4, llm: bool = False,
-                 map_prompt: str | None = None, reduce_prompt: str | None = None,
+                 map_prompt: DataPath | None = None, reduce_prompt: DataPath | None = None,
                  min_coverage: float = llm_guard.DEFAULT_MIN_COVERAGE) -> None:
         self.max_tokens = max_tokens
         self.safety_margin = safety_margin

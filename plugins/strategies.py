@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from compactor.components import Component
+from compactor.components import Component, DataPath
 from compactor.document import Chunk, Context, Fact, Segment, frozen_mapping
 from compactor.fidelity import invented_facts
 from compactor.hookspecs import hookimpl
@@ -95,7 +95,7 @@ class FactCentric(Component):
 
     def __init__(self, *, share: float | None = 0.1, min_tokens: int = 50, threshold: float = 0.3,
                  min_score: float = 0.1, max_facts: int | None = None, quarantine: bool = True,
-                 llm: bool = False, prompt: str | None = None) -> None:
+                 llm: bool = False, prompt: DataPath | None = None) -> None:
         self.share = share
         self.min_tokens = min_tokens
         self.threshold = threshold
@@ -264,7 +264,7 @@ class Summarization(Component):
     requires = ("chunks",)
     provides = ("segments",)
 
-    def __init__(self, *, max_tokens: int = 1500, llm: bool = False, prompt: str | None = None,
+    def __init__(self, *, max_tokens: int = 1500, llm: bool = False, prompt: DataPath | None = None,
                  quarantine: bool = True) -> None:
         self.max_tokens = max_tokens
         self.llm = llm

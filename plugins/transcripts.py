@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from compactor.components import Component
+from compactor.components import Component, DataPath
 from compactor.document import Chunk, Context, Segment, Source, TranscriptSegment, chunk_id, frozen_mapping
 from compactor.errors import InputError
 from compactor.hookspecs import hookimpl
@@ -145,7 +145,7 @@ class HierarchicalOrganizer(Component):
     provides = ("segments",)
 
     def __init__(self, *, max_length: int | None = 2000, unit: Unit = "chars", language: Literal[
-            "auto", "en", "zh"] = "auto", llm: bool = False, prompt: str | None = None,
+            "auto", "en", "zh"] = "auto", llm: bool = False, prompt: DataPath | None = None,
                  max_input_tokens: int = 12000) -> None:
         self.max_length = max_length
         self.unit = unit

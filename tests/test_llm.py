@@ -439,17 +439,21 @@ def test_chinese_input_uses_the_chinese_prompt_and_input_cap(openai_server: Fake
     assert 0 < len(context.segments[0].chunk_ids) < len(context.chunks)
 
 
-def test_custom_prompt_file_and_its_validation(openai_server: FakeOpenAI, tmp_path: Path) -> None:
+def test_custom_prompt_file_and_its_validation(openai_server: FakeOpenAI, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # an inline pipeline's data paths resolve in the working directory
     custom = tmp_path / "prompt.md"
     custom.write_text("Shrink to {budget} tokens for {query}: {content} {not_a_placeholder}",
                       encoding="utf-8")
     openai_server.queue(Reply(content=GOOD))
-    p = fallback_pipeline(openai_server, with_=f"{{prompt: '{custom}', language: en}}")
+    p = fallback_pipeline(openai_server, with_="{prompt: prompt.md, language: en}")
     assert p.run(ARTICLE, budget=80, query="load").output == GOOD
     prompt = openai_server.requests[0].prompt
     assert prompt.startswith("Shrink to 80 tokens for load: [") and "{not_a_placeholder}" in prompt
-    with pytest.raises(ConfigError, match="cannot read prompt file"):
-        fallback_pipeline(openai_server, with_=f"{{prompt: '{tmp_path / 'missing.md'}'}}")
+    with pytest.raises(ConfigError, match="'missing.md' not found"):
+        fallback_pipeline(openai_server, with_="{prompt: missing.md}")
+    with pytest.raises(ConfigError, match="must be a relative path"):
+        fallback_pipeline(openai_server, with_=f"{{prompt: '{custom}'}}")
     custom.write_text("no placeholder", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"no \{content\} placeholder"):
-        fallback_pipeline(openai_server, with_=f"{{prompt: '{custom}'}}")
+        fallback_pipeline(openai_server, with_="{prompt: prompt.md}")
