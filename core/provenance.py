@@ -36,6 +36,7 @@ class Edits:
 
     pieces: tuple[Piece, ...]
     length: int  # of the new text
+    text: str | None = None  # the new text itself (a reference, for checking a map is current)
 
 
 class Rewriter:
@@ -77,7 +78,8 @@ class Rewriter:
     def result(self) -> tuple[str, Edits]:
         """The new text and its edits."""
         pieces = tuple((int(a), int(b), int(c), int(d), bool(e)) for a, b, c, d, e in self._pieces)
-        return "".join(self._parts), Edits(pieces, self._at)
+        text = "".join(self._parts)
+        return text, Edits(pieces, self._at, text)
 
 
 def regex_edit(text: str, pattern: regex.Pattern[str],
@@ -119,11 +121,19 @@ class OffsetMap:
     base_kind: BaseKind
     pieces: tuple[Piece, ...]
     length: int  # of the working text
+    text: str | None = None  # the working text (a reference): a map only holds for its own text
 
     @classmethod
     def identity(cls, text: str, base_kind: BaseKind = "input") -> OffsetMap:
         """The map of a text that is its own base."""
-        return cls(text, base_kind, ((0, len(text), 0, len(text), True),) if text else (), len(text))
+        return cls(text, base_kind, ((0, len(text), 0, len(text), True),) if text else (), len(text),
+                   text)
+
+    def holds_for(self, text: str) -> bool:
+        """Whether this map was made for `text` (not for a text a later step replaced)."""
+        if self.text is None:
+            return self.length == len(text)
+        return self.text is text or self.text == text
 
     def then(self, edits: Edits) -> OffsetMap:
         """The map of a text rewritten from this map's working text by `edits`."""
@@ -148,7 +158,7 @@ class OffsetMap:
                         out.append((n0, n1, o_start, o_end, False))
                     at = stop
                 i += 1
-        return OffsetMap(self.base, self.base_kind, _merged(out), edits.length)
+        return OffsetMap(self.base, self.base_kind, _merged(out), edits.length, edits.text)
 
     def _piece(self, pos: int) -> Piece | None:
         if not self.pieces:
@@ -260,11 +270,19 @@ class KeptSpan:
                 "partial": list(self.partial)}
 
 
+#: Sources whose text compactor rendered from a parsed input (a message list, subtitles): their
+#: offsets index that rendering, which the JSON carries, not the file.
+RENDERED_KINDS = frozenset({"conversation", "transcript"})
+
+
 def source_map(source: Source) -> OffsetMap:
-    """A source's offset map (identity for a source no clean step changed)."""
-    if source.offsets is not None and source.offsets.length == len(source.text):
+    """A source's offset map (identity for a source no clean step changed). A map made for another
+    text (a step replaced the text without recording edits) is not trusted: offsets then index the
+    working text, and say so."""
+    if source.offsets is not None and source.offsets.holds_for(source.text):
         return source.offsets
-    return OffsetMap.identity(source.text, "input" if source.text == source.original else "text")
+    own = source.text == source.original and source.kind not in RENDERED_KINDS
+    return OffsetMap.identity(source.text, "input" if own else "text")
 
 
 def kept_spans(context: Context) -> list[KeptSpan]:
@@ -273,6 +291,12 @@ def kept_spans(context: Context) -> list[KeptSpan]:
     by_source: dict[str, list[tuple[int, int, str]]] = {}
     for chunk in context.chunks:
         by_source.setdefault(chunk.source_id, []).append((chunk.start, chunk.end, chunk.id))
+    starts: dict[str, list[int]] = {}
+    longest: dict[str, int] = {}
+    for sid, rows in by_source.items():
+        rows.sort()
+        starts[sid] = [r[0] for r in rows]
+        longest[sid] = max(e - s for s, e, _ in rows)
     out: list[KeptSpan] = []
     seen: set[tuple[str, int, int]] = set()
     for segment in context.segments:
@@ -287,7 +311,10 @@ def kept_spans(context: Context) -> list[KeptSpan]:
             offsets = maps.get(source_id)
             if offsets is None:
                 offsets = maps[source_id] = source_map(source)
-            chunks = [(s, e, cid) for s, e, cid in by_source.get(source_id, ()) if s < end and e > start]
+            rows = by_source.get(source_id, [])
+            first = bisect_right(starts.get(source_id, []), start - longest.get(source_id, 0))
+            last = bisect_right(starts.get(source_id, []), end)
+            chunks = [(s, e, cid) for s, e, cid in rows[max(0, first - 1):last] if s < end and e > start]
             partial = tuple(cid for s, e, cid in chunks if not _holds(source.text, start, end, s, e))
             ids = tuple(cid for _, _, cid in chunks)
             out.extend(KeptSpan(source_id, a, b, offsets.base[a:b], offsets.base_kind, ids, partial)

@@ -18,6 +18,7 @@ import hashlib
 import math
 import re
 import struct
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -41,6 +42,8 @@ def words(text: str) -> list[str]:
     U+03A3 (final sigma, by context), so the words are the same as lower-casing each word."""
     if text.isascii():
         return _ASCII_WORDS.findall(text.lower())
+    if not unicodedata.is_normalized("NFKC", text):  # full-width and ASCII copies are the same words
+        text = unicodedata.normalize("NFKC", text)
     if "\u0130" in text or "\u03a3" in text:
         return [w.lower() for w in WORDS.findall(text)]
     return WORDS.findall(text.lower())

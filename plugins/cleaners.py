@@ -15,14 +15,14 @@ from compactor.plugins.html_extract import extract_main_text
 from compactor.provenance import Edits, OffsetMap, Rewriter, regex_edit, source_map, splice
 from compactor.run import Run
 
-_LINE_ENDS = regex.compile(r"\r\n?")
-_ZERO_WIDTH = regex.compile(r"[\u200b\u200c\u200d\u2060\ufeff\u00ad]")
-_CONTROL = regex.compile(r"[^\P{Cc}\n\t]")
+_LINE_ENDS = regex.compile(r"\r\n?|\x85")
+# zero-width joiners (U+200C, U+200D) stay: they join emoji and Indic and Persian letters
+_ZERO_WIDTH = regex.compile(r"[\u200b\u2060\ufeff\u00ad]")
+_CONTROL = regex.compile(r"[^\P{Cc}\n\t\f\v]")  # form feed and vertical tab are blanks
 # ASCII blanks only: no-break and other Unicode spaces are the source's and stay as they are
 _SPACES = regex.compile(r"[ \t\f\v]{2,}|[\t\f\v]")
 _TRAILING = regex.compile(r" +(?=\n)")
 _BLANK_LINES = regex.compile(r"\n{3,}")
-_ENDS = regex.compile(r"^\s+|\s+$")
 _LOOKS_HTML = regex.compile(r"<(?:html|body|div|p|article|head|span|table|br)\b", regex.IGNORECASE)
 _CLUSTER = regex.compile(r"\X")
 
@@ -63,12 +63,27 @@ def normalize_edits(text: str, form: Form = "NFC", collapse_whitespace: bool = T
         edits.append(done)
     steps: list[tuple[regex.Pattern[str], str]] = [(_ZERO_WIDTH, ""), (_CONTROL, "")]
     if collapse_whitespace:
-        steps += [(_SPACES, " "), (_TRAILING, ""), (_BLANK_LINES, "\n\n"), (_ENDS, "")]
+        steps += [(_SPACES, " "), (_TRAILING, ""), (_BLANK_LINES, "\n\n")]
     for pattern, replacement in steps:
         text, done = regex_edit(text, pattern, replacement)
         if done:
             edits.append(done)
+    if collapse_whitespace:
+        text, done = _stripped(text)
+        if done:
+            edits.append(done)
     return text, edits
+
+
+def _stripped(text: str) -> tuple[str, Edits | None]:
+    """`text.strip()` with its edits (a regex `\\s+$` is quadratic on long inner blank runs)."""
+    start = len(text) - len(text.lstrip())
+    end = len(text.rstrip())
+    if start == 0 and end == len(text):
+        return text, None
+    rewriter = Rewriter(text)
+    rewriter.keep(start, max(start, end))
+    return rewriter.result()
 
 
 def normalize_text(text: str, form: Form = "NFC", collapse_whitespace: bool = True) -> str:

@@ -23,8 +23,9 @@ from dataclasses import dataclass, replace
 import regex
 
 from compactor.components import score_value
-from compactor.document import Chunk, Fact, content_hash
+from compactor.document import Chunk, Fact, Source, content_hash
 from compactor.plugins import textstats as ts
+from compactor.provenance import source_map
 from compactor.sentences import split_sentences
 from compactor.tokens import TokenCounter
 
@@ -360,6 +361,22 @@ def keep_facts(cands: Sequence[Candidate], urls: Mapping[str, str | None], *, th
                                 span=cand.span)))
         used += cand.tokens
     return [fact for _, fact in kept]
+
+
+def with_input_spans(facts: Sequence[Fact], sources: Sequence[Source]) -> list[Fact]:
+    """Facts whose `span` (working-text offsets from the rules) becomes offsets into the caller's
+    input, what a session stores and shows; a fact whose source's offsets do not index the input
+    (an HTML page's extracted text) keeps no span."""
+    maps = {s.id: source_map(s) for s in sources}
+    out = []
+    for fact in facts:
+        span = None
+        if fact.span is not None and (offsets := maps.get(fact.span[0])) is not None:
+            start, end = offsets.span(fact.span[1], fact.span[2])
+            if offsets.base_kind == "input":
+                span = (fact.span[0], start, end)
+        out.append(replace(fact, span=span))
+    return out
 
 
 def fact_line(fact: Fact) -> str:

@@ -103,7 +103,8 @@ def index_terms(text: str) -> tuple[str, ...]:
         if found is None:
             first = token[0]
             if ts.is_han(first):
-                found = (token,) if len(token) == 1 else tuple(token[i:i + 2] for i in range(len(token) - 1))
+                han = ts.fold(token)  # Kangxi radicals and compatibility ideographs match their own
+                found = (han,) if len(han) == 1 else tuple(han[i:i + 2] for i in range(len(han) - 1))
             else:
                 found = _word_term(token)
             if len(known) >= _WORD_TERMS_MAX:

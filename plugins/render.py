@@ -110,7 +110,9 @@ class JsonRenderer(Component):
         segments = kept_segments(context)
         spans = kept_spans(context.evolve(segments=tuple(segments)))
         partial = {cid for span in spans for cid in span.partial}
-        kept_ids = {cid for s in segments for cid in s.chunk_ids} - partial
+        # a segment with spans keeps what its spans hold; one without (a summary) cites its chunks
+        kept_ids = ({cid for s in segments if not s.spans for cid in s.chunk_ids}
+                    | {cid for span in spans for cid in span.chunk_ids}) - partial
         maps = {s.id: source_map(s) for s in context.sources}
         data: dict[str, Any] = {
             "query": context.query,

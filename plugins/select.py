@@ -56,14 +56,13 @@ def segments_for(context: Context, kept: list[Kept]) -> tuple[Segment, ...]:
         if not items:
             continue
         runs: list[list[int]] = []
-        ids: list[str] = []
+        ids: dict[str, None] = {}
         for item in items:
             if runs and item.start <= runs[-1][1]:
                 runs[-1][1] = max(runs[-1][1], item.end)
             else:
                 runs.append([item.start, item.end])
-            if item.chunk.id not in ids:
-                ids.append(item.chunk.id)
+            ids[item.chunk.id] = None
         spans = [stripped(source.text, s, e) for s, e in runs]
         text = GAP_MARK.join(source.text[s:e] for s, e in spans)
         segments.append(Segment(id=f"{source.id}-kept", text=text, chunk_ids=tuple(ids),

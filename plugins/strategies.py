@@ -121,6 +121,8 @@ class FactCentric(Component):
             run.note("extraction", "rules")
         else:
             run.note("extraction", "llm")
+        working = {f.text: f.span for f in new if f.span}  # where this batch's facts are, for its segment
+        new = fx.with_input_spans(new, context.sources)
         facts, merged = fx.merge_facts(context.facts, new)
         limit = session_budget(context, budget)
         text, shown = fact_lines(facts, limit, run)
@@ -134,7 +136,8 @@ class FactCentric(Component):
         segment = Segment(id="facts", text=text, title="Facts",
                           chunk_ids=tuple(dict.fromkeys(c for f in shown for c in f.chunk_ids)),
                           metadata=frozen_mapping({"fact_ids": [f.id for f in shown]}),
-                          spans=tuple(f.span for f in shown if f.span and f.span[0] in here))
+                          spans=tuple(span for f in shown if (span := working.get(f.text))
+                                      and span[0] in here))
         meta = {**context.meta, "checklist": [f.id for f in shown], "checklist_budget": limit}
         return context.evolve(facts=tuple(facts), segments=(segment,) if shown else (),
                               meta=frozen_mapping(meta))

@@ -94,13 +94,15 @@ class TopicCompressor(Component):
                                       min_score=self.min_score)
             located = {c.id: c for c in members}
             found.sort(key=lambda f, at=located: _position(f, at, order))
-            for fact in found:
+            working = {f.id: f.span for f in found if f.span}  # working-text spans, for the segment
+            for fact in fx.with_input_spans(found, context.sources):  # facts keep input offsets
                 all_facts.setdefault(fact.id, fact)
             ids = tuple(dict.fromkeys(c for f in found for c in f.chunk_ids))
             segments.append(Segment(id=f"topic-{len(segments) + 1}", text="\n".join(f.text for f in found),
                                     title=topic, chunk_ids=ids, metadata=frozen_mapping(
-                                        {"topic": topic, "fact_ids": [f.id for f in found]}),
-                                    spans=tuple(f.span for f in found if f.span)))
+                                        {"topic": topic, "fact_ids": [f.id for f in found],
+                                         "fact_spans": working}),
+                                    spans=tuple(working.values())))
         segments = self._fit(segments, all_facts, context, run)
         run.note("topics", {s.title: len(s.metadata["fact_ids"]) for s in segments})
         return context.evolve(facts=tuple(all_facts.values()), segments=tuple(segments))
@@ -121,7 +123,8 @@ class TopicCompressor(Component):
                 out.append(Segment(id=s.id, text="\n".join(facts[f].text for f in ids), title=s.title,
                                    chunk_ids=tuple(dict.fromkeys(c for f in ids for c in facts[f].chunk_ids)),
                                    metadata=frozen_mapping({**s.metadata, "fact_ids": ids}),
-                                   spans=tuple(sp for f in ids if (sp := facts[f].span))))
+                                   spans=tuple(sp for f in ids
+                                               if (sp := s.metadata.get("fact_spans", {}).get(f)))))
             return out
 
         current = rebuilt()

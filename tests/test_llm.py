@@ -450,7 +450,7 @@ def test_custom_prompt_file_and_its_validation(openai_server: FakeOpenAI, tmp_pa
     assert p.run(ARTICLE, budget=80, query="load").output == GOOD
     prompt = openai_server.requests[0].prompt
     assert prompt.startswith("Shrink to 80 tokens for load: [") and "{not_a_placeholder}" in prompt
-    with pytest.raises(ConfigError, match="'missing.md' not found"):
+    with pytest.raises(ConfigError, match=r"'missing\.md' not found"):
         fallback_pipeline(openai_server, with_="{prompt: missing.md}")
     with pytest.raises(ConfigError, match="must be a relative path"):
         fallback_pipeline(openai_server, with_=f"{{prompt: '{custom}'}}")
