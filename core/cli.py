@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -22,7 +23,7 @@ from compactor.document import Context, frozen_mapping
 from compactor.errors import CompactorError, ConfigError
 from compactor.inputs import read_paths
 from compactor.monitor import prometheus_text, rolling_stats, stats_text
-from compactor.pipeline import Pipeline, read_pipeline_text
+from compactor.pipeline import Pipeline, read_pipeline_text, shipped_pipelines
 from compactor.registry import build_registry
 from compactor.report import html_report
 from compactor.store import Batch, open_store
@@ -30,11 +31,26 @@ from compactor.store import Batch, open_store
 DEFAULT_STORE = ".compactor/chunks.sqlite"
 
 
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("compactor")
+    except Exception:  # not installed as a distribution (a source checkout)
+        from compactor import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="compactor-run",
         description="Compress context for LLM agents with a declarative pipeline.",
+        epilog=f"shipped pipelines: {', '.join(shipped_pipelines())} (a name, or a pipeline YAML "
+               "file). Exit codes: 0 ok, 1 pipeline failure or quality gate, 2 usage or "
+               "configuration error.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument("pipeline", nargs="?", help="pipeline YAML file, or a shipped pipeline name")
     parser.add_argument("inputs", nargs="*", help="files, directories or - for stdin (default: -)")
     parser.add_argument("-q", "--query", help="what the compressed context must answer")
@@ -86,9 +102,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StderrWarnings(logging.Handler):
+    """compactor's log warnings (LLM replies rejected, retries, a missing tokenizer) as one stderr
+    line each, remembered so the step warnings printed after a run do not repeat them."""
+
+    def __init__(self, quiet: bool) -> None:
+        super().__init__(logging.WARNING)
+        self.quiet = quiet
+        self.shown: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage().removeprefix("compactor: ")
+        self.shown.add(message)
+        if not self.quiet:
+            print(f"compactor-run: warning: {message}", file=sys.stderr)
+
+
+_WARNINGS = _StderrWarnings(quiet=False)
+
+
+def _print_warnings(context: Context, quiet: bool) -> None:
+    """Every step's warnings, one line each, unless already shown or --quiet."""
+    if quiet:
+        return
+    for report in context.reports:
+        for warning in report.warnings:
+            if warning not in _WARNINGS.shown:
+                _WARNINGS.shown.add(warning)
+                print(f"compactor-run: warning: {report.step}: {warning}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     args = build_parser().parse_intermixed_args(argv)
+    _WARNINGS.quiet = args.quiet
+    root = logging.getLogger("compactor")
+    if _WARNINGS not in root.handlers:
+        root.addHandler(_WARNINGS)
+        root.propagate = False
     try:
         return _main(args)
     except CompactorError as exc:
@@ -107,7 +158,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def _check_targets(args: argparse.Namespace) -> None:
+    """Files the run will write must have a folder to go to: said before any work, not after."""
+    for option, value in (("-o/--output", args.output), ("--report", args.report),
+                          ("--metrics-file", args.metrics_file), ("--out", args.out)):
+        if value:
+            folder = Path(value).resolve().parent
+            if not folder.is_dir():
+                raise ConfigError(f"{option}: cannot write {value}: the folder {folder} does not exist")
+            if Path(value).is_dir():
+                raise ConfigError(f"{option}: cannot write {value}: it is a folder")
+
+
 def _main(args: argparse.Namespace) -> int:
+    _check_targets(args)
     if args.list_plugins:
         print(list_plugins())
         return 0
@@ -166,6 +230,7 @@ def _main(args: argparse.Namespace) -> int:
     if store is not None and (args.store or args.session):
         store.commit_batch(args.session or "conversation", Batch(
             sources=context.sources, chunks=context.chunks, report={"kind": "conversation"}))
+    _print_warnings(context, args.quiet)
     fmt = args.format or pipeline.spec.output["format"]
     text = explain(context) if args.explain else (context.output or "")
     if args.report and Path(args.report).suffix.lower() in (".html", ".htm"):
@@ -308,10 +373,24 @@ def report_dict(context: Context) -> dict[str, object]:
 def write_atomic(path: Path, text: str) -> None:
     """Write via a temporary file in the same folder and rename: never a half-written file."""
     path = path.resolve()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    if not path.parent.is_dir():
+        raise ConfigError(f"cannot write {path}: the folder {path.parent} does not exist")
+    if path.is_dir():
+        raise ConfigError(f"cannot write {path}: it is a folder")
+    try:  # a replaced file keeps its mode; a new one gets the umask's (mkstemp would give 0600)
+        mode = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -22,8 +22,9 @@ import yaml
 
 from compactor.document import Budget, Context, Fact, Source, chunk_id, frozen_mapping
 from compactor.errors import ConfigError, InputError, Problem, StoreConflict
-from compactor.pipeline import Pipeline, read_pipeline_text
+from compactor.pipeline import Pipeline, pipeline_folder, read_pipeline_text
 from compactor.store import Batch, ChunkStore, StoredChunk, open_store
+from compactor.yamlmarks import load_marked
 
 STRATEGIES = ("fact_centric", "chunk_filtering", "summarization")
 # what a strategy keeps between batches besides its knowledge base: the checklist's fact ids and
@@ -56,7 +57,7 @@ def pipeline_with_strategy(pipeline: str | Pipeline, strategy: str | None,
     text, label = read_pipeline_text(pipeline)
     if strategy is None:
         return Pipeline.from_string(text, file=label, plugins=plugins)
-    data = yaml.safe_load(text)
+    data = load_marked(text, label).data  # bounded: a hostile file must not expand when dumped
     steps = data.get("steps") if isinstance(data, dict) else None
     target = f"compress.{strategy_name(strategy)}"
     for step in steps or []:
@@ -70,7 +71,8 @@ def pipeline_with_strategy(pipeline: str | Pipeline, strategy: str | None,
         raise ConfigError(Problem(f"no strategy step (compress.{{{','.join(STRATEGIES)}}}) to switch",
                                   label, field="steps"))
     return Pipeline.from_string(yaml.safe_dump(data, sort_keys=False, allow_unicode=True),
-                                file=f"{label} (strategy {strategy_name(strategy)})", plugins=plugins)
+                                file=f"{label} (strategy {strategy_name(strategy)})", plugins=plugins,
+                                folder=pipeline_folder(label))
 
 
 def _strategy_of(pipeline: Pipeline) -> str:

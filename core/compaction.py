@@ -15,19 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compactor.document import Message
-from compactor.errors import CompactorError
+from compactor.errors import BudgetError
 from compactor.messages import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, Unit, answers, to_dict, units
 
 #: Summary marker: the first characters of every summary message compactor writes.
 SUMMARY_MARK = "[compactor]"
 #: The smallest summary: the short marker line with the expand ids (at most ~45 tokens).
 MIN_SUMMARY_TOKENS = 48
-
-
-class BudgetError(CompactorError):
-    """The budget cannot hold even the system messages and a one-line summary."""
-
-    exit_code = 2
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@
     │       └── StoreConflict  a session changed under a batch (retried by the compacter)
     ├── PluginError        a plugin failed to load or a component is unknown
     ├── StageError         a component failed while running a step (exit code 1)
+    ├── BudgetError        the budget cannot hold any output (exit code 2)
     └── FidelityError      kept content does not trace back to original chunks
 """
 
@@ -26,12 +27,14 @@ class Problem:
     """One located problem in a configuration file."""
 
     message: str
-    file: str = "<string>"
+    file: str | None = None
     line: int | None = None
     column: int | None = None
     field: str | None = None
 
     def __str__(self) -> str:
+        if self.file is None:  # an option or argument, not a place in a file
+            return f"{self.field}: {self.message}" if self.field else self.message
         where = self.file
         if self.line is not None:
             where += f":{self.line}"
@@ -86,6 +89,13 @@ class StageError(CompactorError):
     """A component raised while running its step."""
 
     exit_code = 1
+
+
+class BudgetError(CompactorError):
+    """The budget cannot hold any output: the system messages and a one-line summary of a
+    conversation, or the smallest unit a pipeline keeps. A usage error: ask for more tokens."""
+
+    exit_code = 2
 
 
 class FidelityError(CompactorError):

@@ -20,7 +20,7 @@ from decimal import Decimal, InvalidOperation
 
 import regex
 
-__all__ = ["Finding", "find_invented", "invented_facts"]
+__all__ = ["Finding", "find_invented", "invented_facts", "number_values"]
 
 # -- patterns -------------------------------------------------------------------------------------
 
@@ -79,6 +79,10 @@ note summary source sources answer question key main
 mr mrs ms dr prof st jr sr mt
 """
 _ORDINARY = frozenset(_ORDINARY_TEXT.split())
+_GAP = regex.compile(r"[ \t]")  # the one blank between the words of a name
+_NUMBERED = regex.compile(r"\s\(?\d{1,2}[.)]$")
+_NUMBERED_AT_START = regex.compile(r"(?:^|\s)\(?\d{1,2}[.)]$")
+_MASKS = [(y, m, d) for y in (True, False) for m in (True, False) for d in (True, False)]
 _INITIAL_AFTER = set(".!?:;\"“”'‘’([{<-–—*•#>|…。！？；：、，")
 
 
@@ -97,6 +101,22 @@ class Finding:
 def invented_facts(output: str, source: str) -> list[str]:
     """Numbers, dates, URLs, emails and names in `output` that are not in `source` (sorted, unique)."""
     return sorted({f.text for f in find_invented(output, source)})
+
+
+def number_values(text: str) -> list[tuple[str, frozenset[str]]]:
+    """Each number of `text` as written, with the canonical values it stands for ("61,000" is
+    {"61000"}, "1.2 million" also "1200000", "45%" also "0.45", "三十五" {"35"}); list markers
+    ("1.", "(2)") are not numbers. Used to see which of a source's numbers an output keeps."""
+    masked = _mask(text, _LIST_MARKER)
+    found = [(m.group().strip(), frozenset(_number_values(m))) for m in _NUMBER.finditer(masked)]
+    for match in _ZH_NUMERAL.finditer(masked):
+        value = _zh_numeral_checked(match.group())
+        if value is not None:
+            values = {_decimal_key(value)}
+            if match.group().startswith("百分之"):
+                values.add(_decimal_key(value / 100))
+            found.append((match.group(), frozenset(values)))
+    return found
 
 
 def find_invented(output: str, source: str) -> list[Finding]:
@@ -142,7 +162,10 @@ class _SourceFacts:
         self.squashed = "".join(_ALNUM.findall(self.lower))
         self.urls = {_norm_url(_trim(m.group())) for m in _URL.finditer(source)}
         self.emails = {m.group().lower() for m in _EMAIL.finditer(source)}
-        self.dates = [_date_key(m) for m in _DATE.finditer(source)]
+        #: every (year, month, day) an output date may state: each source date with any parts left out
+        self.dates = {tuple(part if keep else None for part, keep in zip(key, mask, strict=True))
+                      for key in (_date_key(m) for m in _DATE.finditer(source))
+                      for mask in _MASKS}
         self.numbers: set[str] = set()
         for match in _NUMBER.finditer(source):
             self.numbers.update(_number_values(match))
@@ -158,12 +181,27 @@ class _SourceFacts:
         #: words the source writes in lower case somewhere, i.e. ordinary words, not names
         self.lower_words = set(regex.findall(r"(?<![A-Za-z])[a-z][a-z0-9]*(?![A-Za-z0-9])", source))
         self.text_norm = regex.sub(r"\s+", "", self.lower)
+        self._identifiers: set[str] | None = None
+        self._names: dict[str, bool] = {}
+        self._terms: dict[str, bool] = {}
 
     def has_date(self, key: tuple[int | None, int | None, int | None]) -> bool:
-        return any(all(o is None or o == s for o, s in zip(key, date, strict=True))
-                   for date in self.dates)
+        return key in self.dates
+
+    def has_identifier(self, word: str) -> bool:
+        """Whether `word` (lower case) stands alone in the source (not inside a longer word or after
+        a dot); the source's standalone words are collected once, on the first question."""
+        if self._identifiers is None:
+            self._identifiers = set(regex.findall(r"(?<![\w.])\w+", self.lower))
+        return word in self._identifiers
 
     def has_name(self, name: str) -> bool:
+        found = self._names.get(name)
+        if found is None:
+            found = self._names[name] = self._has_name(name)
+        return found
+
+    def _has_name(self, name: str) -> bool:
         tokens = _ALNUM.findall(name.lower())
         if not tokens:
             return True
@@ -179,7 +217,10 @@ class _SourceFacts:
         return token == "s" or (len(token) > 3 and token.endswith("s") and token[:-1] in self.words)
 
     def has_term(self, term: str) -> bool:
-        return regex.sub(r"\s+", "", term.lower()) in self.text_norm
+        found = self._terms.get(term)
+        if found is None:
+            found = self._terms[term] = regex.sub(r"\s+", "", term.lower()) in self.text_norm
+        return found
 
 
 # -- numbers --------------------------------------------------------------------------------------
@@ -293,8 +334,7 @@ def _names(text: str, facts: _SourceFacts) -> list[Finding]:
     and quoted Chinese terms, that the source lacks."""
     findings: list[Finding] = []
     for match in _IDENTIFIER.finditer(text):
-        word = regex.escape(match.group().lower())
-        if not regex.search(rf"(?<![\w.]){word}(?!\w)", facts.lower):
+        if not facts.has_identifier(match.group().lower()):
             findings.append(Finding("name", match.group(), match.start()))
     text = _mask(text, _IDENTIFIER)
     if _CJK_CHAR.search(text):
@@ -336,7 +376,7 @@ def _runs(line: str) -> Iterable[tuple[int, list[tuple[int, str]], bool]]:
         zh = _beside_cjk(line, start, start + len(word))
         likely = zh or _name_like(word)
         connector = word.lower() in _CONNECTORS and bool(run)
-        joined = bool(run) and regex.fullmatch(r"[ \t]", line[run[-1][0] + len(run[-1][1]):start]) is not None
+        joined = bool(run) and _GAP.fullmatch(line[run[-1][0] + len(run[-1][1]):start]) is not None
         if run and not joined:
             yield from flush()
         if likely or (connector and joined):
@@ -350,10 +390,31 @@ def _runs(line: str) -> Iterable[tuple[int, list[tuple[int, str]], bool]]:
 
 
 def _beside_cjk(line: str, start: int, end: int) -> bool:
-    """Whether a Latin word sits in Chinese text (the nearest non-space neighbour is CJK)."""
-    before = line[:start].rstrip()
-    after = line[end:].lstrip()
-    return bool(before and _CJK_CHAR.match(before[-1])) or bool(after and _CJK_CHAR.match(after[0]))
+    """Whether a Latin word sits in Chinese text (the nearest non-space neighbour is CJK).
+
+    Scans only the blanks between the word and its neighbours, never the rest of the line: a
+    slice of the line per word made a long line quadratic (a 400k-word reply took a minute)."""
+    i = _before(line, start)
+    if i >= 0 and _CJK_CHAR.match(line[i]):
+        return True
+    j = _after(line, end)
+    return j < len(line) and _CJK_CHAR.match(line[j]) is not None
+
+
+def _before(line: str, start: int) -> int:
+    """Index of the last non-blank character before `start` (-1 when there is none)."""
+    i = start - 1
+    while i >= 0 and line[i].isspace():
+        i -= 1
+    return i
+
+
+def _after(line: str, end: int) -> int:
+    """Index of the first non-blank character at or after `end` (len(line) when there is none)."""
+    j = end
+    while j < len(line) and line[j].isspace():
+        j += 1
+    return j
 
 
 def _name_like(word: str) -> bool:
@@ -373,12 +434,14 @@ def _is_special(word: str) -> bool:
 
 def _initial(line: str, start: int) -> bool:
     """Whether a word starts a sentence or clause (so its capital says nothing)."""
-    before = line[:start].rstrip()
-    if not before:
+    last = _before(line, start)
+    if last < 0:
         return True
-    if regex.search(r"(?:^|\s)\(?\d{1,2}[.)]$", before):
+    # a list number ("1.", "(2)") before the word; six characters hold the longest one
+    numbered = _NUMBERED_AT_START if last <= 5 else _NUMBERED
+    if numbered.search(line[max(0, last - 5):last + 1]):
         return True
-    return before[-1] in _INITIAL_AFTER
+    return line[last] in _INITIAL_AFTER
 
 
 def _name_of(words: list[tuple[int, str]], line: str, zh: bool, facts: _SourceFacts) -> str | None:

@@ -246,24 +246,32 @@ class LLMClient:
 
     def complete_many(
         self, batch: Sequence[Sequence[Message]], *, temperature: float | None = None,
-        max_tokens: int | None = None,
+        max_tokens: int | Sequence[int | None] | None = None,
     ) -> list[str | LLMError]:
         """One reply (or the LLMError it ended with) per message list, in input order, with at most
-        `concurrency` calls in flight."""
+        `concurrency` calls in flight. `max_tokens` is one limit for all, or one per message list
+        (each request's own allowance; None means `settings.max_tokens`)."""
         if not batch:
             return []
+        if max_tokens is None or isinstance(max_tokens, int):
+            limits: list[int | None] = [max_tokens] * len(batch)
+        else:
+            limits = list(max_tokens)
+            if len(limits) != len(batch):
+                raise ValueError(f"{len(limits)} max_tokens for {len(batch)} requests")
 
-        def one(messages: Sequence[Message]) -> str | LLMError:
+        def one(job: tuple[Sequence[Message], int | None]) -> str | LLMError:
             try:
-                return self.complete(messages, temperature=temperature, max_tokens=max_tokens)
+                return self.complete(job[0], temperature=temperature, max_tokens=job[1])
             except LLMError as exc:
                 return exc
 
+        jobs = list(zip(batch, limits, strict=True))
         workers = min(self.settings.concurrency, len(batch))
         if workers <= 1:
-            return [one(m) for m in batch]
+            return [one(j) for j in jobs]
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="compactor-llm") as pool:
-            return list(pool.map(one, batch))
+            return list(pool.map(one, jobs))
 
     # -- helpers ---------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from compactor.components import Component, ScoreSet
 from compactor.conditions import namespace_lookup
 from compactor.config import PipelineSpec, StepSpec, load_spec
 from compactor.document import Budget, Chunk, Context, Source, StepReport, frozen_mapping
-from compactor.errors import CompactorError, ConfigError, InputError, Problem, StageError
+from compactor.errors import BudgetError, CompactorError, ConfigError, InputError, Problem, StageError
 from compactor.hookspecs import STAGE_HOOKS
 from compactor.monitor import RunRecorder
 from compactor.observe import StepObserver, with_counts
@@ -113,6 +113,47 @@ def resolved_pipeline(name_or_path: str | os.PathLike[str], *, plugins: Iterable
 def _cached_pipeline(text: str, file: str, plugins: tuple[Any, ...],
                      environment: tuple[tuple[str, str], ...]) -> Pipeline:
     return Pipeline.from_string(text, file=file, plugins=plugins, env=dict(environment))
+
+
+def _kind(value: Any) -> str:
+    return "None" if value is None else f"{type(value).__name__} {value!r}"[:80]
+
+
+def _source(item: Any) -> Source:
+    if isinstance(item, Source):
+        return item
+    hint = " (decode it first, e.g. data.decode('utf-8'))" if isinstance(item, bytes | bytearray) else ""
+    raise InputError(f"every input must be text (str) or a Source, got {_kind(item)}{hint}")
+
+
+def _check_arguments(inputs: Any, query: Any, budget: Any) -> None:
+    """What the CLI checks, checked for Python callers too, in one sentence each."""
+    if inputs is None or isinstance(inputs, bytes | bytearray | int | float | Mapping):
+        hint = (" (decode it first, e.g. data.decode('utf-8'))"
+                if isinstance(inputs, bytes | bytearray) else "")
+        raise InputError("the input must be text (str), a Source, a list of them or a Context, "
+                         f"got {_kind(inputs)}{hint}")
+    if not isinstance(inputs, str | Source | Context) and not hasattr(inputs, "__iter__"):
+        raise InputError("the input must be text (str), a Source, a list of them or a Context, "
+                         f"got {_kind(inputs)}")
+    if query is not None and not isinstance(query, str):
+        raise InputError(f"query must be text (str) or None, got {_kind(query)}")
+    if isinstance(budget, Budget):
+        if budget.max_tokens is not None and (isinstance(budget.max_tokens, bool) or not isinstance(
+                budget.max_tokens, int) or budget.max_tokens <= 0):
+            raise InputError(f"Budget.max_tokens must be a whole number of tokens > 0, got "
+                             f"{_kind(budget.max_tokens)}")
+        if budget.ratio is not None and not (isinstance(budget.ratio, int | float)
+                                             and 0 < budget.ratio <= 1):
+            raise InputError(f"Budget.ratio must be in (0, 1], got {_kind(budget.ratio)}")
+        return
+    if budget is None:
+        return
+    if isinstance(budget, bool) or not isinstance(budget, int):
+        raise InputError(f"budget must be a whole number of tokens (int) or a Budget, got "
+                         f"{_kind(budget)}")
+    if budget <= 0:
+        raise InputError(f"budget must be greater than 0 tokens, got {budget}")
 
 
 class Pipeline:
@@ -282,14 +323,23 @@ class Pipeline:
         renderer_budgeted = context.meta.get("render_budgeted", True)
         if (limit is not None and renderer_budgeted and context.output_tokens is not None
                 and context.output_tokens > limit):
-            raise StageError(f"{context.reports[-1].step} wrote {context.output_tokens} tokens, "
-                             f"over the budget of {limit}")
+            raise BudgetError(f"a budget of {limit} tokens is too small for the {self.spec.name} "
+                              f"pipeline: its smallest output ({context.reports[-1].step}) has "
+                              f"{context.output_tokens} tokens; use a budget of at least "
+                              f"{context.output_tokens}")
+        if limit is not None and not (context.output or "").strip():
+            smallest = min((c.tokens for c in context.chunks if c.text.strip()), default=0)
+            if smallest > limit:
+                raise BudgetError(f"a budget of {limit} tokens is too small for any output of the "
+                                  f"{self.spec.name} pipeline: its smallest chunk has {smallest} "
+                                  f"tokens; use a budget of at least {smallest}")
         return context
 
     def _initial(
         self, inputs: str | Source | Iterable[Source | str] | Context, query: str | None,
         budget: int | Budget | None,
     ) -> Context:
+        _check_arguments(inputs, query, budget)
         if isinstance(inputs, Context):
             context = inputs
         else:
@@ -298,7 +348,8 @@ class Pipeline:
             elif isinstance(inputs, Source):
                 sources = (inputs,)
             else:  # Sources, or plain strings (one text source each)
-                sources = tuple(Source.from_text(i) if isinstance(i, str) else i for i in inputs)
+                sources = tuple(Source.from_text(i) if isinstance(i, str) else _source(i)
+                                for i in inputs)
             if not sources or all(not s.text.strip() for s in sources):
                 raise InputError("the input is empty: there is no text to compress")
             context = Context(sources=sources, query=self.spec.query, budget=self.spec.budget)

@@ -278,17 +278,20 @@ class EightSegment(Component):
         prompt = fill(template_for(self.prompt, "conversation", "zh" if zh else "en"),
                       query="", budget=str(allowance), content=content)
         limit = allowance - run.counter.count(_join(marker, "", metadata)) - 4
-        reply = complete_guarded([Request(prompt, f"{originals}\n{draft.text}", max(1, limit))], run)[0]
+
+        def keeps_sections(_: int, reply: str) -> list[str]:
+            missing = [h for h in _HEADING.findall(body) if f"## {h}" not in reply]
+            if missing:
+                return [f"the rewrite lost section(s): {', '.join(missing)}"]
+            if run.counter.count(_join(marker, reply, metadata)) > allowance:
+                return ["the rewrite does not fit the summary allowance"]
+            return []
+
+        reply = complete_guarded([Request(prompt, f"{originals}\n{draft.text}", max(1, limit))], run,
+                                 accept=keeps_sections)[0]
         if reply is None:
             return None
-        missing = [h for h in _HEADING.findall(body) if f"## {h}" not in reply]
-        if missing:
-            run.note("llm_rejected", [f"the rewrite lost section(s): {', '.join(missing)}"])
-            return None
         text = _join(marker, reply.strip(), metadata)
-        if run.counter.count(text) > allowance:
-            run.note("llm_rejected", ["the rewrite does not fit the summary allowance"])
-            return None
         quality = quality_score(history, dropped, reply, kept_text)
         return Draft(text, {"llm": reply.strip()}, draft.cited, quality, method="llm", marker=marker,
                      metadata=metadata)

@@ -1,8 +1,11 @@
 """llm.fallback: ask an LLM to compress when the rules fall short, and keep its reply only if it is safe.
 
-The rule output stays unless the reply passes every check: non-empty, within the budget, and no number,
-date, URL, email or name that the input lacks (`compactor.fidelity`). Anything else (no LLM configured,
-an endpoint error, an invented fact) keeps the rule output and says why in the step's report.
+The rule output stays unless the reply passes every check of the LLM guard (`compactor.plugins.llm_guard`):
+non-empty, within the budget (also the `max_tokens` sent to the endpoint), no refusal, injection or
+chat-template text the input lacks, no number, date, URL, email or name the input lacks, and at least
+`min_coverage` of the input's weighted key content kept. Anything else (no LLM configured, an endpoint
+error, a rejected reply) keeps the rule output, says why in the step's report and, for a rejection,
+warns on stderr.
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ import regex
 
 from compactor.components import Component, score_value
 from compactor.document import Chunk, Context, Segment, frozen_mapping
-from compactor.fidelity import invented_facts
 from compactor.hookspecs import hookimpl
 from compactor.llm import LLMClient, LLMError, LLMSettings
+from compactor.plugins import llm_guard
 from compactor.run import Run
 from compactor.sentences import detect_lang
 
@@ -57,12 +60,14 @@ def is_important(chunk: Chunk) -> bool:
 
 
 class LLMFallback(Component):
-    """Replaces the rule output with an LLM summary when asked, only if it invents nothing and fits.
+    """Replaces the rule output with an LLM summary when asked, only if the guard accepts it.
 
     Policies: `explicit` runs whenever the step runs (gate it with `when:`), `severe_loss` only after
     a validate step reported level "severe", `important` only when a chunk is marked critical. The
     summary is one segment citing every chunk the LLM read; it keeps no character offsets (a summary
-    cannot), and its metadata says `llm: true`.
+    cannot), and its metadata says `llm: true`. The reply's allowance is the budget (else the
+    pipeline's `llm.max_tokens`); `min_coverage` (default 0.25, in [0, 1]) is the weighted share of
+    the input's key content (query terms, numbers, names, frequent terms) the reply must keep.
     """
 
     name = "llm.fallback"
@@ -71,16 +76,18 @@ class LLMFallback(Component):
     provides = ("segments",)
 
     def __init__(self, *, policy: Policy = "explicit", prompt: str | None = None,
-                 language: Literal["auto", "en", "zh"] = "auto", max_input_tokens: int = 12000) -> None:
+                 language: Literal["auto", "en", "zh"] = "auto", max_input_tokens: int = 12000,
+                 min_coverage: float = llm_guard.DEFAULT_MIN_COVERAGE) -> None:
         self.policy = policy
         self.prompt = prompt
         self.language = language
         self.max_input_tokens = max_input_tokens
+        self.min_coverage = min_coverage
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> list[str]:
         """Problems with the parameters, reported with the pipeline's other config errors."""
-        problems = []
+        problems = llm_guard.check_min_coverage(params["min_coverage"])
         if params["max_input_tokens"] <= 0:
             problems.append("max_input_tokens must be greater than 0")
         if params["prompt"] is not None:
@@ -106,39 +113,42 @@ class LLMFallback(Component):
         if not chunks:
             return self._decline(run, f"no chunk fits max_input_tokens={self.max_input_tokens}")
         content = "\n\n".join(f"[{c.id}] {c.text.strip()}" for c in chunks)
-        limit = context.resolved_budget()
+        allowance = context.resolved_budget() or settings.max_tokens
         lang = self._lang(chunks)
         prompt = fill(self._template(lang), query=context.query or ("（无）" if lang == "zh" else "(none)"),
-                      budget=str(limit or settings.max_tokens), content=content)
+                      budget=str(allowance), content=content)
         run.note("model", settings.model)
         run.note("input_chunks", len(chunks))
         run.note("language", lang)
         try:
             with LLMClient(settings) as client:
                 reply = client.complete([{"role": "user", "content": prompt}],
-                                        temperature=settings.temperature, max_tokens=settings.max_tokens)
+                                        temperature=settings.temperature, max_tokens=allowance)
         except LLMError as exc:
             run.note("error", str(exc))
             run.note("reason", exc.reason)
             run.warn(f"{self.name}: LLM call failed, rule output kept: {exc}")
             return None
-        reply = reply.strip()
-        problems = []
-        if not reply:
-            problems.append("empty reply")
-        invented = invented_facts(reply, f"{content}\n{context.query or ''}")
-        if invented:
-            run.note("invented", invented)
-            problems.append(f"invented facts not in the input: {', '.join(invented)}")
-        tokens = run.counter.count(reply)
-        run.note("reply_tokens", tokens)
-        if limit is not None and tokens > limit:
-            problems.append(f"reply has {tokens} tokens, over the budget of {limit}")
-        if problems:
-            run.note("rejected", "; ".join(problems))
+        verdict = llm_guard.review(reply, content, max_tokens=allowance, counter=run.counter,
+                                   query=context.query, min_coverage=self.min_coverage,
+                                   basis="\n\n".join(c.text for c in chunks))
+        if verdict.tokens is not None:
+            run.note("reply_tokens", verdict.tokens)
+        if verdict.coverage is not None:
+            run.note("coverage", verdict.coverage.share)
+        if verdict.invented:
+            run.note("invented", list(verdict.invented))
+        if verdict.instructions:
+            run.note("instructions", list(verdict.instructions))
+        if not verdict.accepted:
+            reason = "; ".join(verdict.problems)
+            run.note("rejected", reason)
             run.note("accepted", False)
+            llm_guard.report_rejections(run, self.name, [reason])
             return None
         run.note("accepted", True)
+        reply = reply.strip()
+        tokens = verdict.tokens if verdict.tokens is not None else run.counter.count(reply)
         segment = Segment(id="llm-fallback", text=reply, chunk_ids=tuple(c.id for c in chunks),
                           title="LLM summary", tokens=tokens,
                           metadata=frozen_mapping({"model": settings.model, "llm": True}))

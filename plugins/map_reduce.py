@@ -10,8 +10,12 @@ The step report records the decision, the estimated tokens and the reason, like 
 fields (`compression_decision`, `estimated_tokens`, `decision_reason`).
 
 Rule extracts are spans of the original text, so every kept sentence traces to its chunk. With
-`llm: true` the map and reduce prompts (package data, overridable) run on the pipeline's LLM; a reply
-that invents a number, date or name is rejected and that chunk keeps its rule extract.
+`llm: true` the map and reduce prompts (package data, overridable) run on the pipeline's LLM, each
+reply limited to its allowance (a map reply to its share of the target, the reduce reply to the
+target: the `max_tokens` sent) and checked by the LLM guard (`compactor.plugins.llm_guard`): a
+refusal, an instruction, an invented number, date or name, or a reply keeping less than
+`min_coverage` (default 0.25) of its input's weighted key content is rejected, and the rule result
+stays (reported in the step report and on stderr).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from compactor.components import Component
 from compactor.document import Chunk, Context, Segment, frozen_mapping
 from compactor.hookspecs import hookimpl
 from compactor.plugins import facts as fx
+from compactor.plugins import llm_guard
 from compactor.plugins import textstats as ts
 from compactor.plugins.llm_fallback import fill, template_for
 from compactor.plugins.llm_guard import Request, complete_guarded
@@ -86,7 +91,8 @@ class MapReduce(Component):
 
     def __init__(self, *, max_tokens: int = 45000, safety_margin: float = 0.8, map_share: float = 0.25,
                  second_pass: bool = True, concurrency: int = 4, llm: bool = False,
-                 map_prompt: str | None = None, reduce_prompt: str | None = None) -> None:
+                 map_prompt: str | None = None, reduce_prompt: str | None = None,
+                 min_coverage: float = llm_guard.DEFAULT_MIN_COVERAGE) -> None:
         self.max_tokens = max_tokens
         self.safety_margin = safety_margin
         self.map_share = map_share
@@ -95,10 +101,11 @@ class MapReduce(Component):
         self.llm = llm
         self.map_prompt = map_prompt
         self.reduce_prompt = reduce_prompt
+        self.min_coverage = min_coverage
 
     @staticmethod
     def check_params(params: dict[str, Any]) -> list[str]:
-        problems = []
+        problems = llm_guard.check_min_coverage(params["min_coverage"])
         if not 0 < params["safety_margin"] <= 1:
             problems.append("safety_margin must be in (0, 1]")
         if not 0 < params["map_share"] <= 1:
@@ -195,16 +202,18 @@ class MapReduce(Component):
         per_map = max(200, target // max(len(chunks), 1))
         query = context.query or ""
         maps = complete_guarded([Request(fill(template_for(self.map_prompt, "map", lang), query=query,
-                                              budget=str(per_map), content=c.text), f"{c.text}\n{query}")
-                                 for c in chunks], run)
+                                              budget=str(per_map), content=c.text), c.text, per_map,
+                                         context.query)
+                                 for c in chunks], run, min_coverage=self.min_coverage, label="map")
         if any(m is None for m in maps):
             run.note("llm_used", False)
             return None
         joined = "\n\n".join(m or "" for m in maps)
-        source = "\n".join(c.text for c in chunks) + "\n" + query
+        source = "\n".join(c.text for c in chunks)
         reduce_prompt = fill(template_for(self.reduce_prompt, "reduce", lang), query=query,
                              budget=str(target), content=joined)
-        reduced = complete_guarded([Request(reduce_prompt, source, target)], run)[0]
+        reduced = complete_guarded([Request(reduce_prompt, source, target, context.query)], run,
+                                   min_coverage=self.min_coverage, label="reduce")[0]
         if reduced is None:
             run.note("llm_used", False)
             return None

@@ -146,22 +146,26 @@ class FactCentric(Component):
         count = self.max_facts or max(3, (budget or DEFAULT_BATCH_BUDGET) // 30)
         prompt = fill(template_for(self.prompt, "facts", lang), query=context.query or "",
                       budget=str(count), content=content)
-        reply = complete_guarded([Request(prompt, content)], run, check_reply=False)[0]
+        accepted: list[Fact] = []
+        dropped: list[str] = []
+
+        def usable(_: int, reply: str) -> list[str]:
+            """The reply is accepted when at least one fact cites a real chunk and invents nothing."""
+            parsed, problems = fx.parse_llm_facts(reply, {c.id: c for c in chunks}, _urls(context))
+            for fact, source in parsed:
+                invented = invented_facts(fact.text, f"{source}\n{context.query or ''}")
+                if invented:
+                    problems.append(f"{fact.text[:60]!r}: invented {', '.join(invented)}")
+                else:
+                    accepted.append(fact)
+            dropped.extend(problems)
+            return [] if accepted else [*problems, "no usable fact in the reply"]
+
+        reply = complete_guarded([Request(prompt, content)], run, check_reply=False, accept=usable)[0]
         if reply is None:
             return None
-        parsed, problems = fx.parse_llm_facts(reply, {c.id: c for c in chunks}, _urls(context))
-        accepted: list[Fact] = []
-        for fact, source in parsed:
-            invented = invented_facts(fact.text, f"{source}\n{context.query or ''}")
-            if invented:
-                problems.append(f"{fact.text[:60]!r}: invented {', '.join(invented)}")
-            else:
-                accepted.append(fact)
-        if problems:
-            run.note("llm_rejected", problems)
-        if not accepted:
-            run.note("llm_declined", "no usable fact in the LLM reply; rule extraction used")
-            return None
+        if dropped:  # facts left out of an accepted reply
+            run.note("llm_dropped_facts", dropped)
         return accepted[:count]
 
 
@@ -318,5 +322,4 @@ class Summarization(Component):
         content = "\n\n".join(c.text.strip() for c in chunks)
         prompt = fill(template_for(self.prompt, "summary", lang), query=context.query or "",
                       budget=str(limit), content=f"{previous}\n\n---\n\n{content}" if previous else content)
-        source = f"{previous}\n{content}\n{context.query or ''}"
-        return complete_guarded([Request(prompt, source, limit)], run)[0]
+        return complete_guarded([Request(prompt, f"{previous}\n{content}", limit, context.query)], run)[0]

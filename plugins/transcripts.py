@@ -17,6 +17,7 @@ from typing import Literal
 
 from compactor.components import Component
 from compactor.document import Chunk, Context, Segment, Source, TranscriptSegment, chunk_id, frozen_mapping
+from compactor.errors import InputError
 from compactor.hookspecs import hookimpl
 from compactor.plugins import facts as fx
 from compactor.plugins.chunkers import paragraph_cut, source_chunks
@@ -161,8 +162,9 @@ class HierarchicalOrganizer(Component):
         budget = context.resolved_budget()
         files = [s for s in context.sources if s.kind == "transcript" and s.segments]
         if not files:
-            run.warn("no transcript in the input: organize.hierarchical needs segments")
-            return context.evolve(segments=())
+            kinds = sorted({s.kind.replace("_", " ") for s in context.sources})
+            raise InputError("organize.hierarchical needs transcript segments (SRT or VTT subtitles, "
+                             f"or JSON segments); the input has none (it is {' and '.join(kinds)})")
         lang = self.language if self.language != "auto" else ("zh" if is_chinese(files) else "en")
 
         def measure(text: str) -> int:
@@ -264,13 +266,8 @@ class HierarchicalOrganizer(Component):
             organised = run.counter.encoding.decode_bytes(cut).decode("utf-8", "ignore")
         prompt = fill(template_for(self.prompt, "transcripts", lang), query=question, budget=limit,
                       content=f"{head}\n\n{organised}")
-        reply = complete_guarded([Request(prompt, f"{organised}\n{question}")], run)[0]
-        if reply is None:
-            return None
-        if not fits(f"{head}\n\n{reply}"):
-            run.note("llm_rejected", ["the summary is over the length limit"])
-            return None
-        return reply
+        return complete_guarded([Request(prompt, organised, query=question)], run, accept=lambda _, reply: (
+            [] if fits(f"{head}\n\n{reply}") else ["the summary is over the length limit"]))[0]
 
     @staticmethod
     def _segments(files: Sequence[Source], parts: list[str], kept: dict[str, list[_Line]],

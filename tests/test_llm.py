@@ -324,7 +324,7 @@ def test_accepted_reply_becomes_the_output(openai_server: FakeOpenAI) -> None:
     assert details["accepted"] is True and details["model"] == "test-model"
     [request] = openai_server.requests
     assert request.json["model"] == "test-model"
-    assert request.json["temperature"] == 0.3 and request.json["max_tokens"] == 1500
+    assert request.json["temperature"] == 0.3 and request.json["max_tokens"] == 80  # the budget
     assert request.headers["authorization"] == "Bearer sk-test-secret"
     prompt = request.prompt
     first = context.chunks[0]

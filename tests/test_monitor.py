@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from compactor import Budget, Component, Pipeline, StageError, hookimpl
+from compactor import Budget, BudgetError, Component, Pipeline, hookimpl
 from compactor.monitor import anomalies, prometheus_text, rolling_stats, stats_text
 from compactor.store import MemoryStore, SQLiteStore
 
@@ -117,8 +117,8 @@ def test_one_record_per_run_whatever_fails_and_wherever(articles: list[str]) -> 
     generic.record_runs(store)
     with pytest.raises(Exception, match="the input is empty"):
         generic.run("   ")  # fails before any step
-    with pytest.raises(StageError, match="over the budget"):
-        generic.run(articles[0], budget=Budget(max_tokens=-5))  # fails after rendering
+    with pytest.raises(BudgetError, match="too small"):
+        generic.run(articles[0], budget=Budget(max_tokens=1))  # fails after rendering
     first, second = store.runs("generic")
     assert not first["success"] and "the input is empty" in first["error"] and first["tokens_in"] is None
     assert not second["success"] and second["failed_step"] is None
