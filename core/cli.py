@@ -266,6 +266,8 @@ def _batch_main(args: argparse.Namespace) -> int:
     if args.scheduler and args.executor != "dask":
         raise ConfigError("--scheduler needs --executor dask")
     text, label = read_pipeline_text(args.pipeline)
+    if args.store:  # a store that is not one is refused once, before any document runs
+        open_store(args.store).close()
     show = None if args.quiet else sys.stderr
     stats = run_batch(text, label, Path(args.inputs[0] if args.inputs else "-"), Path(args.out),
                       executor=args.executor, workers=args.workers, scheduler=args.scheduler,

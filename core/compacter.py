@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from compactor.document import Budget, Context, Fact, Source, chunk_id, frozen_mapping
-from compactor.errors import ConfigError, InputError, Problem
+from compactor.errors import ConfigError, InputError, Problem, StoreConflict
 from compactor.pipeline import Pipeline, pipeline_folder, read_pipeline_text
 from compactor.store import Batch, ChunkStore, StoredChunk, open_store
 from compactor.yamlmarks import load_marked
@@ -31,6 +31,8 @@ STRATEGIES = ("fact_centric", "chunk_filtering", "summarization")
 # budget (A), the kept chunks' scores and sizes (B)
 _STATE = ("checklist", "checklist_budget", "chunk_scores")
 _ALIASES = {"a": "fact_centric", "b": "chunk_filtering", "c": "summarization"}
+# a batch whose session changed under it (a writer that skipped the session lock) runs again
+_ATTEMPTS = 3
 
 SearchResult = tuple[str, str] | Mapping[str, Any] | Source
 
@@ -179,11 +181,32 @@ class ContextCompacter:
 
     def process_search_results(self, search_results: Iterable[SearchResult],
                                query: str | None = None) -> dict[str, Any]:
-        """Chunk, store and compress one batch of search results; returns the batch report."""
+        """Chunk, store and compress one batch of search results; returns the batch report.
+
+        The batch holds the session's lock from reading the knowledge base to committing, so batches
+        run by several processes (or threads) on one session compose as if run one after another:
+        every fact kept, each page new to exactly one of them. A writer that skipped the lock makes
+        the commit fail its version check, and the batch is computed again from the new state."""
         query = query if query is not None else self.query
         sources = [to_source(item, i) for i, item in enumerate(search_results)]
         sources = [s for s in sources if s.text.strip()]
         budget = Budget(max_tokens=self.budget) if self.budget else self.pipeline.spec.budget
+        for attempt in range(_ATTEMPTS):
+            with self.store.lock_session(self.session):
+                try:
+                    return self._batch(sources, query, budget)
+                except StoreConflict:
+                    if attempt == _ATTEMPTS - 1:
+                        raise
+        raise AssertionError("unreachable")
+
+    def _batch(self, sources: list[Source], query: str | None, budget: Budget) -> dict[str, Any]:
+        """One batch against the session as it is now (the caller holds the session's lock)."""
+        base = self.store.version(self.session)
+        stored = self.store.knowledge(self.session, "strategy")
+        if stored is not None and stored != self.strategy:  # another process started the session
+            raise InputError(f"session {self.session!r} was built with strategy {stored!r}, "
+                             f"not {self.strategy!r}")
         meta = {"kept_chunk_ids": self.chunk_ids, "summary": self.summary,
                 **{k: self.store.knowledge(self.session, k) for k in _STATE
                    if self.store.knowledge(self.session, k) is not None}}
@@ -207,7 +230,7 @@ class ContextCompacter:
                       if "signature" in s.metadata}
         number = self.store.commit_batch(self.session, Batch(
             sources=result.sources, chunks=result.chunks, signatures=signatures, knowledge=knowledge,
-            report=report))
+            report=report), base=base)
         return {"batch": number, **report, "steps": details}
 
     def get_checklist_context(self) -> list[Fact] | str:

@@ -3,6 +3,8 @@
     CompactorError
     ├── ConfigError        a pipeline file or option is wrong (exit code 2)
     ├── InputError         an input file or stream cannot be read (exit code 2)
+    │   └── StoreError     a --store file is not a usable compactor store (exit code 2)
+    │       └── StoreConflict  a session changed under a batch (retried by the compacter)
     ├── PluginError        a plugin failed to load or a component is unknown
     ├── StageError         a component failed while running a step (exit code 1)
     ├── BudgetError        the budget cannot hold any output (exit code 2)
@@ -62,6 +64,19 @@ class InputError(CompactorError):
     """An input cannot be read or has no usable text."""
 
     exit_code = 2
+
+
+class StoreError(InputError):
+    """The chunk store file cannot be used: not a compactor store, newer, read-only, corrupted, busy.
+
+    An InputError, so code that caught store failures as input errors keeps working."""
+
+    exit_code = 2
+
+
+class StoreConflict(StoreError):
+    """A session's knowledge changed between the read and the write of a batch (another writer
+    that did not hold the session lock); the batch must be computed again."""
 
 
 class PluginError(CompactorError):
