@@ -240,6 +240,8 @@ def _main(args: argparse.Namespace) -> int:
     if args.metrics_file and (args.store or (conversation and args.session)):
         runs = store if store is not None else open_store(args.store)
         write_atomic(Path(args.metrics_file), prometheus_text(rolling_stats(runs)))
+    if not args.explain and _nothing_kept(context, text):
+        return _empty_result(sum(len(r.details.get("flagged", ())) for r in context.reports))
     if args.fail_under is not None:
         return _quality_gate(context, args.fail_under)
     return 0
@@ -315,7 +317,27 @@ def _session_main(args: argparse.Namespace) -> int:
         print(f"compactor-run: session {compacter.session} ({compacter.strategy}): batch {batch['batch']}, "
               f"{batch['new_pages']} new page(s) of {batch['results']}, {len(batch['quarantined'])} "
               f"chunk(s) quarantined", file=sys.stderr)
+    if not (text.strip() and (args.format != "json" or compacter.get_checklist_context())):
+        return _empty_result(len(batch["quarantined"]))
     return 0
+
+
+def _nothing_kept(context: Context, text: str) -> bool:
+    """Whether the output holds nothing of the input: no text, or compressors that kept no text
+    (a JSON output is never empty, its segments may be)."""
+    if not text.strip():
+        return True
+    compressed = context.segments or any(r.stage == "compress" and not r.skipped for r in context.reports)
+    return bool(compressed) and not any(s.text.strip() for s in context.segments)
+
+
+def _empty_result(flagged: int) -> int:
+    """An empty result is a failure the caller must see: one warning line on stderr, exit 1
+    (`flagged`: chunks classify.injection flagged, which may be why nothing is left)."""
+    why = f" ({flagged} chunk(s) flagged as prompt injection)" if flagged else ""
+    print(f"compactor-run: warning: the result is empty: nothing of the input was kept{why}",
+          file=sys.stderr)
+    return 1
 
 
 def _quality_gate(context: Context, threshold: float) -> int:

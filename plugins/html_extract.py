@@ -16,7 +16,9 @@ Nothing here raises on bad input: empty or unparsable HTML gives ``Extracted(Non
 
 from __future__ import annotations
 
+import colorsys
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
@@ -227,6 +229,9 @@ class _Builder(HTMLParser):
         self.root = _Node("#root", {}, None)
         self.stack: list[_Node] = [self.root]
         self.skip_data: str | None = None  # inside <script>/<style> raw text
+        self.css: list[str] = []  # the page's own style sheets, for rules that hide text
+        self.css_len = 0
+        self.page: list[_Node] = []  # the <html> and <body> elements, for their styles
         self.in_title = False
         self.title_parts: list[str] = []
         self.og_title: str | None = None
@@ -271,6 +276,8 @@ class _Builder(HTMLParser):
         top = stack[-1]
         if top.tag == "head" and tag not in _HEAD_OK:
             stack.pop()
+        if tag in ("html", "body"):
+            self.page.append(_Node(tag, {k: (v or "") for k, v in attrs}, None))
         if tag in ("html", "body", "head"):
             if tag == "head" and len(stack) <= 2 and not self_closing:
                 pass  # a real head: build it so its leftovers are dropped
@@ -317,6 +324,9 @@ class _Builder(HTMLParser):
 
     def handle_data(self, data: str) -> None:
         if self.skip_data:
+            if self.skip_data == "style" and self.css_len < _MAX_CSS:
+                self.css.append(data)
+                self.css_len += len(data)
             return
         if self.in_title:
             self.title_parts.append(data)
@@ -330,6 +340,350 @@ _P_SET = frozenset(("p",))
 # Block content inside a table cell means the table is page layout, not data.
 _LAYOUT_HINTS = _tags("table p div ul ol pre blockquote section article h1 h2 h3")
 _TABLE_TAGS = _tags("table tbody thead tfoot tr td th caption")
+
+
+# --------------------------------------------------------------------------- hidden text
+#
+# A page can hide text from the reader and still hand it to a model that reads the HTML: prompt
+# injections ride on it. The browser is the judge of what is visible; short of running one, the
+# inline styles and the page's own <style> rules with simple selectors say most of it. External
+# style sheets and scripts are out of reach, and rules under conditions (@media with a condition,
+# @container) are left alone, since the same text is visible in another layout.
+
+_MAX_CSS = 400_000  # characters of <style> text read per page
+_CSS_COMMENT_RE = re.compile(r"/\*.*?\*/", re.S)
+_BRACE_RE = re.compile(r"[{}]")
+_DECL_RE = re.compile(r"([-a-z]+)\s*:\s*([^;]*)")
+_SELECTOR_RE = re.compile(r"([a-z][a-z0-9-]*)?((?:[.#][-\w]+)*)")
+_PART_RE = re.compile(r"[.#][-\w]+")
+_LENGTH_RE = re.compile(r"(-?(?:\d+\.?\d*|\.\d+))\s*([a-z%]*)")
+_UNCONDITIONAL_AT = re.compile(r"@(?:media\s+(?:only\s+)?(?:all|screen)\s*|supports\b[^{]*|layer\b[^{]*)$")
+# properties that can hide text; a rule without any of them is not kept
+_HIDING_PROPS = frozenset((
+    "display", "visibility", "opacity", "font-size", "position", "left", "top", "right", "bottom",
+    "text-indent", "margin-left", "margin-top", "clip", "clip-path", "height", "max-height", "width",
+    "max-width", "overflow", "overflow-x", "overflow-y", "color", "background", "background-color",
+    "transform", "background-clip", "-webkit-background-clip", "-webkit-text-fill-color", "padding",
+    "padding-top", "padding-bottom",
+))
+_PX = {"px": 1.0, "": 1.0, "pt": 4 / 3, "pc": 16.0, "em": 16.0, "rem": 16.0, "ex": 8.0, "ch": 8.0,
+       "vw": 12.8, "vh": 8.0, "in": 96.0, "cm": 37.8, "mm": 3.78, "q": 0.945}
+_FAR = -900.0  # px: an offset this far left or up puts the box off the screen
+_NAMED = {
+    "white": (255, 255, 255), "black": (0, 0, 0), "red": (255, 0, 0), "lime": (0, 255, 0),
+    "green": (0, 128, 0), "blue": (0, 0, 255), "yellow": (255, 255, 0), "cyan": (0, 255, 255),
+    "aqua": (0, 255, 255), "magenta": (255, 0, 255), "fuchsia": (255, 0, 255), "gray": (128, 128, 128),
+    "grey": (128, 128, 128), "silver": (192, 192, 192), "maroon": (128, 0, 0), "navy": (0, 0, 128),
+    "olive": (128, 128, 0), "purple": (128, 0, 128), "teal": (0, 128, 128), "orange": (255, 165, 0),
+    "whitesmoke": (245, 245, 245), "snow": (255, 250, 250), "ivory": (255, 255, 240),
+}
+Rgba = tuple[float, float, float, float]
+_TRANSPARENT: Rgba = (0.0, 0.0, 0.0, 0.0)
+_UNKNOWN = "?"  # a background that is an image or a gradient: any text colour may show on it
+
+
+def _declarations(style: str) -> dict[str, tuple[str, bool]]:
+    """`property: value` pairs of a declaration block, lower case: {property: (value, important)}."""
+    out: dict[str, tuple[str, bool]] = {}
+    for prop, value in _DECL_RE.findall(style.lower()):
+        if prop in _HIDING_PROPS:
+            important = "!important" in value
+            out[prop] = (value.replace("!important", "").strip(), important)
+    return out
+
+
+def _px(value: str) -> float | None:
+    """A CSS length in px (ems at 16px, a 1280x800 viewport); None for anything else."""
+    m = _LENGTH_RE.fullmatch(value.strip())
+    if m is None or m.group(2) not in _PX:
+        return None
+    number = float(m.group(1))
+    return number * _PX[m.group(2)] if number else 0.0
+
+
+def _colour(value: str) -> Rgba | str | None:
+    """A colour as (r, g, b, alpha), `_UNKNOWN` for images and gradients, None if not a colour."""
+    value = value.strip()
+    if "url(" in value or "gradient(" in value or "image-set(" in value:
+        return _UNKNOWN
+    if value == "transparent":
+        return _TRANSPARENT
+    if value.startswith("#"):
+        digits = value[1:].split()[0] if value[1:] else ""
+        if len(digits) in (3, 4):
+            digits = "".join(d * 2 for d in digits)
+        if len(digits) in (6, 8):
+            try:
+                r, g, b = (int(digits[i:i + 2], 16) for i in (0, 2, 4))
+                a = int(digits[6:8], 16) / 255 if len(digits) == 8 else 1.0
+            except ValueError:
+                return None
+            return (r, g, b, a)
+        return None
+    m = re.match(r"(rgba?|hsla?)\(([^)]*)\)", value)
+    if m:
+        parts = [p for p in re.split(r"[\s,/]+", m.group(2).strip()) if p]
+        try:
+            nums = [float(p.rstrip("%deg")) / (100 if p.endswith("%") else 1) for p in parts]
+        except ValueError:
+            return None
+        if len(nums) < 3:
+            return None
+        alpha = nums[3] if len(nums) > 3 else 1.0
+        if m.group(1).startswith("rgb"):
+            scale = [255.0 if parts[i].endswith("%") else 1.0 for i in range(3)]
+            return (nums[0] * scale[0], nums[1] * scale[1], nums[2] * scale[2], alpha)
+        r, g, b = colorsys.hls_to_rgb((nums[0] % 360) / 360, nums[2], nums[1])
+        return (r * 255, g * 255, b * 255, alpha)
+    first = value.split()[0] if value else ""
+    named = _NAMED.get(first)
+    return (*named, 1.0) if named else None
+
+
+def _background(decls: dict[str, str]) -> Rgba | str | None:
+    """The box's own background: a colour, `_UNKNOWN` (an image), or None (none declared)."""
+    if "background-color" in decls:
+        found = _colour(decls["background-color"])
+        if "background" not in decls or found not in (None, _TRANSPARENT):
+            return found
+    value = decls.get("background")
+    if value is None:
+        return None
+    if "url(" in value or "gradient(" in value:
+        return _UNKNOWN
+    for word in re.findall(r"#[0-9a-f]+|(?:rgba?|hsla?)\([^)]*\)|[a-z]+", value):
+        found = _colour(word)
+        if found is not None:
+            return found
+    return None
+
+
+def _same_colour(fg: Rgba, bg: Rgba) -> bool:
+    """Text a reader cannot tell from its background (within a few levels per channel)."""
+    return max(abs(fg[i] - bg[i]) for i in range(3)) <= 10
+
+
+def _box_hidden(decls: dict[str, str]) -> str | None:
+    """How the declarations hide the whole box and everything in it: "gone" (not shown, or shown
+    off the screen), "clipped" (drawn in a box of nothing, as screen-reader text is), else None."""
+    get = decls.get
+    if get("display") == "none" or get("visibility") in ("hidden", "collapse"):
+        return "gone"
+    opacity = get("opacity")
+    if opacity is not None:
+        m = _LENGTH_RE.fullmatch(opacity)
+        if m and float(m.group(1)) / (100 if m.group(2) == "%" else 1) <= 0.01:
+            return "gone"
+    transform = get("transform", "")
+    if re.search(r"scale[xy]?\(\s*0*\.?0+\s*[,)]", transform):
+        return "gone"
+    moved = ("left", "top", "right") if get("position") in ("absolute", "fixed", "relative") else ()
+    for side in (*moved, "margin-left", "margin-top", "text-indent"):
+        offset = _px(get(side, ""))
+        if offset is not None and (offset <= _FAR or (side == "right" and abs(offset) >= 5000)):
+            return "gone"
+    clip = get("clip", "")
+    if clip.startswith("rect("):
+        sizes = [_px(v) for v in re.split(r"[\s,]+", clip[5:].rstrip(")").strip()) if v]
+        if sizes and all(s is not None and s <= 1 for s in sizes):
+            return "clipped"
+    clip_path = get("clip-path", "")
+    m = re.match(r"inset\(\s*(\d+\.?\d*)%", clip_path)
+    if (m and float(m.group(1)) >= 50) or re.match(r"(?:circle|ellipse)\(\s*0+(?:px|%)?[\s)]", clip_path):
+        return "clipped"
+    overflow = {get("overflow", "").split(" ")[0], get("overflow-x"), get("overflow-y")}
+    padded = any(re.search(r"[1-9]", get(prop, "")) for prop in ("padding", "padding-top", "padding-bottom"))
+    if overflow & {"hidden", "clip"} and not padded:  # `height:0; padding-bottom:56%`: a ratio box
+        for prop in ("height", "max-height", "width", "max-width"):
+            size = _px(get(prop, ""))
+            if size is not None and size <= 1:
+                return "clipped"
+    return None
+
+
+class StyleSheet:
+    """The simple rules of a page's <style> blocks that set properties able to hide text.
+
+    Selectors kept: a tag, classes and an id without combinators, pseudo-classes or attributes
+    (`.hidden`, `#note`, `span.x`, `p.a.b`), applied with their specificity and order. A selector that
+    also appears under a conditional at-rule (`@media (max-width: 600px)`, `@media print`) is left
+    out altogether: its visibility depends on the layout.
+    """
+
+    __slots__ = ("by_key", "order")
+
+    def __init__(self) -> None:
+        # key ("tag", ".class", "#id") -> rules (specificity, order, tag, classes, id, declarations)
+        self.by_key: dict[str, list[tuple[tuple[int, int, int], int, str | None, frozenset[str],
+                                          str | None, dict[str, tuple[str, bool]]]]] = {}
+        self.order = 0
+
+    @classmethod
+    def parse(cls, css: str) -> StyleSheet:
+        sheet = cls()
+        if not css or "{" not in css:
+            return sheet
+        rules: list[tuple[str, str]] = []
+        conditional: set[str] = set()
+        css = _CSS_COMMENT_RE.sub("", css.lower()).replace("<!--", "").replace("-->", "")
+        _css_blocks(css, rules, conditional, 0)
+        for prelude, body in rules:
+            simple = [m for m in (_SELECTOR_RE.fullmatch(sel.strip()) for sel in prelude.split(","))
+                      if m is not None and m.group() and m.group() not in conditional]
+            decls = _declarations(body) if simple else None
+            if not decls:
+                continue
+            for m in simple:
+                tag = m.group(1)
+                parts = _PART_RE.findall(m.group(2) or "")
+                ids = [p[1:] for p in parts if p[0] == "#"]
+                classes = frozenset(p[1:] for p in parts if p[0] == ".")
+                if len(ids) > 1:
+                    continue
+                spec = (len(ids), len(classes), 1 if tag else 0)
+                key = f"#{ids[0]}" if ids else f".{min(classes)}" if classes else str(tag)
+                sheet.order += 1
+                sheet.by_key.setdefault(key, []).append(
+                    (spec, sheet.order, tag, classes, ids[0] if ids else None, decls))
+        return sheet
+
+    def declarations(self, node: _Node) -> dict[str, str]:
+        """The node's hiding-related declarations after the cascade (the inline style wins unless
+        a rule is !important)."""
+        found: list[tuple[tuple[int, int, int, int], int, dict[str, tuple[str, bool]]]] = []
+        by_key = self.by_key
+        if by_key:
+            attrs = node.attrs
+            keys = [node.tag] if node.tag in by_key else []
+            classes = frozenset(attrs["class"].lower().split()) if "class" in attrs else frozenset()
+            keys.extend(key for c in classes if (key := f".{c}") in by_key)
+            node_id = attrs["id"].lower() if attrs.get("id") else None
+            if node_id and f"#{node_id}" in by_key:
+                keys.append(f"#{node_id}")
+            for key in keys:
+                for spec, order, tag, need, rule_id, decls in by_key[key]:
+                    if (tag is None or tag == node.tag) and need <= classes and rule_id in (None, node_id):
+                        found.append(((0, *spec), order, decls))
+        style = node.attrs.get("style")
+        if style:
+            found.append(((1, 0, 0, 0), 0, _declarations(style)))
+        if not found:
+            return {}
+        winners: dict[str, tuple[tuple[bool, tuple[int, int, int, int], int], str]] = {}
+        for spec, order, decls in found:
+            for prop, (value, important) in decls.items():
+                rank = (important, spec, order)
+                if prop not in winners or rank >= winners[prop][0]:
+                    winners[prop] = (rank, value)
+        return {prop: value for prop, (_, value) in winners.items()}
+
+
+def _css_blocks(css: str, rules: list[tuple[str, str]], conditional: set[str], depth: int) -> None:
+    """Split style sheet text into (selectors, declarations) pairs; at-rules that always apply
+    (`@media screen`, `@supports`, `@layer`) are read through, conditional ones only mark their
+    selectors."""
+    at = 0
+    n = len(css)
+    while at < n:
+        brace = css.find("{", at)
+        if brace < 0:
+            return
+        prelude = css[at:brace].strip()
+        semi = prelude.rfind(";")  # `@import ...;` and other statements before the rule
+        if semi >= 0:
+            prelude = prelude[semi + 1:].strip()
+        if prelude.startswith("@"):
+            level, end = 1, n + 1
+            for m in _BRACE_RE.finditer(css, brace + 1):
+                level += 1 if m.group() == "{" else -1
+                if not level:
+                    end = m.end()
+                    break
+            inner = css[brace + 1:end - 1]
+            if depth < 4 and _UNCONDITIONAL_AT.match(prelude):
+                _css_blocks(inner, rules, conditional, depth + 1)
+            elif depth < 4 and prelude.startswith(("@media", "@container")):
+                found: list[tuple[str, str]] = []
+                _css_blocks(inner, found, conditional, depth + 1)
+                conditional.update(s.strip() for p, _ in found for s in p.split(","))
+            at = end
+            continue
+        close = css.find("}", brace)
+        if close < 0:
+            close = n
+        rules.append((prelude, css[brace + 1:close]))
+        at = close + 1
+
+
+def _has_math(node: _Node) -> bool:
+    """Whether a box holds MathML: the text copy of formulas drawn elsewhere (MathJax's assistive
+    MathML sits in a clipped box, and the drawn formula has no text)."""
+    stack: list[_Node | str] = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _Node):
+            if item.tag == "math":
+                return True
+            stack.extend(item.children)
+    return False
+
+
+_SIZE_WORDS = frozenset(("xx-small", "x-small", "small", "medium", "large", "x-large", "xx-large",
+                         "xxx-large", "initial", "revert", "unset"))
+_RELATIVE_MIN = {"em": 0.1, "%": 10.0, "ex": 0.2, "ch": 0.2}
+
+
+def _tiny(value: str, inherited: bool) -> bool:
+    """Whether a `font-size` leaves text too small to see (relative sizes of nothing stay nothing)."""
+    m = _LENGTH_RE.fullmatch(value)
+    if m is None:
+        return False if value in _SIZE_WORDS else inherited
+    number, unit = float(m.group(1)), m.group(2)
+    if unit in _RELATIVE_MIN:
+        return inherited or number <= _RELATIVE_MIN[unit]
+    return number * _PX[unit] <= 1 if unit in _PX else inherited
+
+
+def hide_styled(root: _Node, sheet: StyleSheet, page: Sequence[_Node] = ()) -> None:
+    """Mark what the page's styles hide: boxes that are not shown at all are dropped with their
+    content; text set in a zero font size, or in its background's colour, loses its own words
+    (a child that sets a visible size or colour of its own stays). `page` holds the <html> and
+    <body> elements (folded into the root), whose colours the page starts from."""
+    fg: Rgba | str | None = None
+    bg: Rgba | str | None = None
+    for node in page:
+        decls = sheet.declarations(node)
+        own = _background(decls)
+        bg = own if own is not None and own != _TRANSPARENT else bg
+        fg = (_colour(decls["color"]) or fg) if "color" in decls else fg
+    stack: list[tuple[_Node, Rgba | str | None, Rgba | str | None, bool]] = [(root, fg, bg, False)]
+    while stack:
+        node, fg, bg, tiny = stack.pop()
+        for child in node.children:
+            if isinstance(child, str) or child.dropped:
+                continue
+            c_fg, c_bg, c_tiny = fg, bg, tiny
+            decls = sheet.declarations(child) if (sheet.by_key or "style" in child.attrs) else {}
+            if decls:
+                how = _box_hidden(decls) if child.tag not in ("html", "body") else None
+                if how == "gone" or (how == "clipped" and not _has_math(child)):
+                    child.dropped = True
+                    continue
+                if "font-size" in decls:
+                    c_tiny = _tiny(decls["font-size"], tiny)
+                own_bg = _background(decls)
+                if own_bg is not None and own_bg != _TRANSPARENT:
+                    c_bg = own_bg
+                if "color" in decls or "-webkit-text-fill-color" in decls:
+                    clip_text = "text" in (decls.get("background-clip", ""),
+                                           decls.get("-webkit-background-clip", ""))
+                    value = decls.get("-webkit-text-fill-color") or decls.get("color", "")
+                    c_fg = _UNKNOWN if clip_text else (_colour(value) or fg)  # `inherit`: as before
+            invisible = c_tiny or (isinstance(c_fg, tuple) and (
+                c_fg[3] <= 0.05 or (isinstance(c_bg, tuple) and c_bg[3] > 0.95 and _same_colour(c_fg, c_bg))))
+            if invisible and child.tag not in ("html", "body"):
+                child.children = [" " if isinstance(c, str) else c for c in child.children]
+            stack.append((child, c_fg, c_bg, c_tiny))
 
 
 # --------------------------------------------------------------------------- scoring
@@ -775,7 +1129,7 @@ def _find_h1(node: _Node) -> str | None:
     stack: list[_Node | str] = [node]
     while stack:
         item = stack.pop()
-        if isinstance(item, str):
+        if isinstance(item, str) or item.dropped:
             continue
         if item.tag == "h1":
             text = _WS_RE.sub(" ", "".join(_iter_text(item))).strip()
@@ -792,7 +1146,7 @@ def _iter_text(node: _Node) -> list[str]:
         item = stack.pop()
         if isinstance(item, str):
             out.append(item)
-        else:
+        elif not item.dropped:
             stack.extend(reversed(item.children))
     return out
 
@@ -895,6 +1249,7 @@ def _extract(html: str, tables: bool, comments: bool, min_chars: int) -> Extract
         pass
     root = builder.root
     body = root  # <html>/<body> tags are folded into the root while building
+    hide_styled(root, StyleSheet.parse("".join(builder.css)), builder.page)
 
     title = _WS_RE.sub(" ", "".join(builder.title_parts)).strip() or None
     if title is None and builder.og_title:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -45,14 +46,22 @@ def source_heading(source: Source) -> str:
     return head + "\n"
 
 
-def segments_for(context: Context, kept: list[Kept]) -> tuple[Segment, ...]:
-    """One segment per source: its kept spans in order, overlapping spans merged, gaps marked."""
+def segments_for(context: Context, kept: list[Kept], *, quarantine: bool = True) -> tuple[Segment, ...]:
+    """One segment per source: its kept spans in order, overlapping spans merged, gaps marked.
+
+    With `quarantine`, the sentences `classify.injection` flagged (the `spans` of a chunk's
+    `injection` label) are cut out of every kept span of their source, leaving a gap mark, and a
+    flagged chunk without spans is left out whole: the facts around an injection stay, it goes.
+    """
     by_source: dict[str, list[Kept]] = {}
     for item in kept:
         by_source.setdefault(item.chunk.source_id, []).append(item)
     segments = []
     for source in context.sources:
         items = sorted(by_source.get(source.id, ()), key=lambda k: (k.start, k.end))
+        cut: list[tuple[int, int]] = []
+        if quarantine:
+            items, cut = _quarantined(items)
         if not items:
             continue
         runs: list[list[int]] = []
@@ -63,12 +72,49 @@ def segments_for(context: Context, kept: list[Kept]) -> tuple[Segment, ...]:
             else:
                 runs.append([item.start, item.end])
             ids[item.chunk.id] = None
-        spans = [stripped(source.text, s, e) for s, e in runs]
+        if cut:
+            pieces = (stripped(source.text, a, b) for s, e in runs for a, b in _without((s, e), cut))
+            spans = [(a, b) for a, b in pieces if b > a]
+            if not spans:
+                continue
+        else:
+            spans = [stripped(source.text, s, e) for s, e in runs]
         text = GAP_MARK.join(source.text[s:e] for s, e in spans)
         segments.append(Segment(id=f"{source.id}-kept", text=text, chunk_ids=tuple(ids),
                                 title=source.title or source.uri, source_id=source.id,
                                 spans=tuple((source.id, s, e) for s, e in spans if e > s)))
     return tuple(segments)
+
+
+def _quarantined(items: list[Kept]) -> tuple[list[Kept], list[tuple[int, int]]]:
+    """The kept items minus chunks flagged as a whole, and the flagged spans of their source."""
+    cut: list[tuple[int, int]] = []
+    out = []
+    for item in items:
+        finding = item.chunk.labels.get("injection")
+        if not finding:
+            out.append(item)
+            continue
+        spans = finding.get("spans") if isinstance(finding, Mapping) else None
+        if spans:
+            cut.extend((int(a), int(b)) for a, b in spans)
+            out.append(item)
+    return out, sorted(cut)
+
+
+def _without(span: tuple[int, int], cut: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """`span` with the (sorted) `cut` ranges taken out."""
+    start, end = span
+    pieces = []
+    for a, b in cut:
+        if b <= start or a >= end:
+            continue
+        if a > start:
+            pieces.append((start, a))
+        start = max(start, b)
+    if start < end:
+        pieces.append((start, end))
+    return pieces
 
 
 def stripped(text: str, start: int, end: int) -> tuple[int, int]:

@@ -26,7 +26,7 @@ from compactor.document import Chunk, Context, Fact, Segment, frozen_mapping
 from compactor.fidelity import invented_facts
 from compactor.hookspecs import hookimpl
 from compactor.plugins import facts as fx
-from compactor.plugins.injection import usable_chunks
+from compactor.plugins.injection import usable
 from compactor.plugins.llm_fallback import fill, template_for
 from compactor.plugins.llm_guard import Request, complete_guarded
 from compactor.plugins.select import Kept, segments_for
@@ -107,7 +107,7 @@ class FactCentric(Component):
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
-        chunks = usable_chunks(context, run, self.quarantine)
+        context, chunks = usable(context, run, self.quarantine)
         urls = _urls(context)
         budget = batch_budget(context, self.share, self.min_tokens)
         new = self._llm_facts(chunks, context, budget, run) if self.llm and chunks else None
@@ -198,7 +198,7 @@ class ChunkFiltering(Component):
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
-        chunks = usable_chunks(context, run, self.quarantine)
+        context, chunks = usable(context, run, self.quarantine)
         value: dict[str, float] = {}
         for cand in fx.scored_sentences(chunks, context.query, run.counter, titles=_titles(context),
                                         max_tokens=None):
@@ -276,7 +276,7 @@ class Summarization(Component):
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
-        chunks = usable_chunks(context, run, self.quarantine)
+        context, chunks = usable(context, run, self.quarantine)
         previous = str(context.meta.get("summary", ""))
         limit = min(self.max_tokens, context.resolved_budget() or self.max_tokens)
         summary, sources = self._rules(previous, chunks, context.query, limit, run)

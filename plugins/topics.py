@@ -17,7 +17,7 @@ from compactor.components import Component
 from compactor.document import Chunk, Context, Fact, Segment, frozen_mapping
 from compactor.hookspecs import hookimpl
 from compactor.plugins import facts as fx
-from compactor.plugins.injection import usable_chunks
+from compactor.plugins.injection import usable
 from compactor.run import Run
 
 REFERENCES = {"en": "References", "zh": "参考资料"}
@@ -75,7 +75,7 @@ class TopicCompressor(Component):
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
-        chunks = usable_chunks(context, run, self.quarantine)
+        context, chunks = usable(context, run, self.quarantine)
         default = context.query or "research"
         topic_of = {s.id: str(s.metadata.get("topic") or default) for s in context.sources}
         urls = {s.id: s.uri for s in context.sources}

@@ -112,4 +112,4 @@ def test_cli_check_points_at_the_line(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     good = run_cli("pipelines/generic.yaml", "--check")
     assert good.returncode == 0, good.stderr
-    assert "ok (5 steps)" in good.stdout
+    assert "ok (6 steps)" in good.stdout
