@@ -22,6 +22,7 @@ from compactor.document import Chunk, Context, Segment, frozen_mapping
 from compactor.hookspecs import hookimpl
 from compactor.llm import LLMClient, LLMError, LLMSettings
 from compactor.plugins import llm_guard
+from compactor.plugins.injection import usable
 from compactor.run import Run
 from compactor.sentences import detect_lang
 
@@ -176,7 +177,8 @@ class LLMFallback(Component):
         """Every chunk if they fit `max_input_tokens`, else the most valuable ones (those the rules
         kept first, then by score), always in source order."""
         order = {s.id: i for i, s in enumerate(context.sources)}
-        chunks = sorted(context.chunks, key=lambda c: (order.get(c.source_id, len(order)), c.index))
+        clean = usable(context, run)[1]  # what classify.injection flagged never reaches the LLM
+        chunks = sorted(clean, key=lambda c: (order.get(c.source_id, len(order)), c.index))
         costs = run.counter.count_many([f"[{c.id}] {c.text.strip()}\n\n" for c in chunks])
         if sum(costs) <= self.max_input_tokens:
             return chunks

@@ -30,6 +30,7 @@ from compactor.hookspecs import hookimpl
 from compactor.plugins import facts as fx
 from compactor.plugins import llm_guard
 from compactor.plugins import textstats as ts
+from compactor.plugins.injection import usable
 from compactor.plugins.llm_fallback import fill, template_for
 from compactor.plugins.llm_guard import Request, complete_guarded
 from compactor.plugins.select import Kept, segments_for
@@ -159,7 +160,8 @@ class MapReduce(Component):
                 segments = self._segments(context, kept)
         run.note("passes", passes)
         if self.llm:
-            segments = self._llm(chunks, context, target, run) or segments
+            # the LLM never reads what classify.injection flagged: only the clean parts of chunks
+            segments = self._llm(usable(context, run)[1], context, target, run) or segments
         run.note("tokens_after_reduce", sum(run.counter.count_many([s.text for s in segments])))
         return context.evolve(segments=segments)
 

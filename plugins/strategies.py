@@ -12,9 +12,9 @@
 
 State between batches travels in the context: `facts`, `meta["checklist"]` (the shown fact ids)
 and `meta["checklist_budget"]` (A), `meta["kept_chunk_ids"]` and `meta["chunk_scores"]` (B),
-`meta["summary"]` (C); `compactor.ContextCompacter` loads and stores it. Chunks flagged by
-`classify.injection` are quarantined (left out and listed in the step report) unless
-`quarantine: false`.
+`meta["summary"]` (C); `compactor.ContextCompacter` loads and stores it. Sentences flagged by
+`classify.injection` are quarantined (the rest of their chunk stays usable; the flagged chunks are
+listed in the step report) unless `quarantine: false`.
 """
 
 from __future__ import annotations
@@ -229,12 +229,14 @@ class ChunkFiltering(Component):
         run.note("chunk_ids", [c.id for c in kept])
         run.note("batch_budget", limit)
         run.note("checklist_budget", session)
-        segments = segments_for(context, [Kept(c, c.start, c.end) for c in kept])
+        segments = segments_for(context, [Kept(c, c.start, c.end) for c in kept],
+                                quarantine=self.quarantine)
         cap = context.resolved_budget()
         while kept and cap is not None and run.counter.count(
                 "\n\n".join(s.text for s in segments)) > cap:  # the gap marks between kept chunks
             kept.remove(min(kept, key=lambda c: value[c.id]))
-            segments = segments_for(context, [Kept(c, c.start, c.end) for c in kept])
+            segments = segments_for(context, [Kept(c, c.start, c.end) for c in kept],
+                                    quarantine=self.quarantine)
         meta = {**context.meta, "kept_chunk_ids": ids, "checklist_budget": session,
                 "chunk_scores": {i: scores[i] for i in ids if i in scores}}
         return context.evolve(segments=segments, meta=frozen_mapping(meta))
