@@ -9,7 +9,8 @@ conversation) or `segments` (a transcript), with optional `query` and `budget`. 
 `{"id", "ok", "output", "input_tokens", "output_tokens", "seconds"}` or `{"id", "ok": false,
 "error"}`, written as soon as it is known, in input order. Memory is bounded by the number of
 documents in flight, not by the corpus. On restart, ids already in the output are skipped (a torn
-last line from a crash is cut off first), so no document is lost or written twice.
+last line from a crash is cut off first), so no document is lost or written twice. Pool workers
+die with the run, however it ends (`worker_init`), so a killed run leaves no process behind.
 """
 
 from __future__ import annotations
@@ -178,6 +179,83 @@ class _Serial:
         pass
 
 
+# -- workers die with their parent -----------------------------------------------------------------
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+WATCH_SECONDS = 0.5  # how often a worker checks that the batch run is still there
+
+
+def _parent_death_signal() -> bool:
+    """Linux: the kernel sends this process SIGKILL when its parent exits (`prctl`); False where
+    that is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # pragma: no cover - no libc prctl
+        return False
+
+
+def _alive(pid: int) -> bool:
+    if os.name != "posix":  # pragma: no cover - os.kill(pid, 0) terminates the process on Windows
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - someone else's process now has this pid
+        return True
+    return True
+
+
+def _orphaned(parent: int, run: int) -> bool:
+    """Whether the batch run (pid `run`) is gone: this process was handed to another parent than
+    `parent` (the run, or the forkserver, which exits with the run), or no process has that pid."""
+    return os.getppid() != parent or not _alive(run)
+
+
+def _watch(parent: int, run: int) -> None:
+    """A worker's thread: ends the worker once the run is gone."""
+    if os.name != "posix":  # pragma: no cover - no reparenting: wait on the parent's handle
+        import multiprocessing
+        from multiprocessing.connection import wait
+
+        process = multiprocessing.parent_process()
+        if process is not None:
+            wait([process.sentinel])
+            os._exit(1)
+        return
+    while not _orphaned(parent, run):
+        time.sleep(WATCH_SECONDS)
+    os._exit(1)  # the run is gone: nobody will write this worker's results
+
+
+def worker_init(run: int, forkserver: bool = False) -> None:
+    """Process-pool initializer: the worker dies with the batch run (pid `run`), so a run killed
+    with SIGKILL leaves no workers behind, computing results nobody writes. Linux: a parent-death
+    signal; everywhere: a thread that checks every `WATCH_SECONDS` that the parent is still there.
+    With the forkserver start method the parent is the forkserver, which exits with the run."""
+    parent = os.getppid() if forkserver else run
+    _parent_death_signal()
+    if _orphaned(parent, run):  # gone before the signal was set up: it will never come
+        os._exit(1)
+    import threading
+
+    threading.Thread(target=_watch, args=(parent, run), name="compactor-parent-watch", daemon=True).start()
+
+
+def _process_pool(workers: int) -> ProcessPoolExecutor:
+    import multiprocessing
+
+    forkserver = multiprocessing.get_start_method() == "forkserver"
+    return ProcessPoolExecutor(max_workers=workers, initializer=worker_init,
+                               initargs=(os.getpid(), forkserver))
+
+
 class _Dask:
     """Documents as independent Dask tasks; a task lost with its worker is run again elsewhere."""
 
@@ -191,8 +269,11 @@ class _Dask:
         if scheduler:
             self.client = Client(scheduler, timeout="30s")
         else:
+            # no dashboard, and the scheduler's HTTP server (which `dashboard_address=None` still
+            # puts on port 8787, failing when that port is taken) on a free loopback port
             self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                        dashboard_address=None)
+                                        dashboard_address="127.0.0.1:0",
+                                        scheduler_kwargs={"dashboard": False})
             self.client = Client(self.cluster)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -209,7 +290,7 @@ def _executor(kind: Executor, workers: int, scheduler: str | None) -> Any:
         return _Serial()
     if kind == "dask":
         return _Dask(scheduler, workers)
-    return ProcessPoolExecutor(max_workers=workers)
+    return _process_pool(workers)
 
 
 def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, executor: Executor = "local",

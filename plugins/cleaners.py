@@ -183,8 +183,11 @@ def paragraph_spans(text: str) -> list[tuple[int, int]]:
 class DedupeCleaner(Component):
     """Drops exact and near-duplicate paragraphs within and across sources (first one wins).
 
-    Near duplicates: MinHash over word bigrams (CJK characters count as words) with LSH, confirmed
-    by the Jaccard similarity of the shingle sets reaching `threshold`.
+    Near duplicates: the Jaccard similarity of word-bigram sets (CJK characters count as words)
+    reaching `threshold`, found by `textsim.JaccardIndex` (prefix filtering). Each paragraph's
+    lookup is bounded, so templated text (thousands of paragraphs of one sentence with names and
+    numbers varied) stays linear; real text never reaches the bounds and is deduplicated exactly.
+    The report's `capped` counts lookups that hit a bound (there a near duplicate may be kept).
     """
 
     name = "clean.dedupe"
@@ -207,6 +210,7 @@ class DedupeCleaner(Component):
         # first pass: each paragraph's words and shingles; no key marks a paragraph kept as is
         parsed: list[list[tuple[tuple[int, int], str | None, set[int]]]] = []
         first: dict[str, set[int]] = {}  # shingles of the first paragraph with each text
+        orders: list[list[int]] = []  # the same, in text order: a tie order that every process shares
         for source in context.sources:
             paragraphs: list[tuple[tuple[int, int], str | None, set[int]]] = []
             for span in paragraph_spans(source.text):
@@ -218,11 +222,13 @@ class DedupeCleaner(Component):
                 key = " ".join(words)
                 shingles = first.get(key)
                 if shingles is None:
-                    shingles = first[key] = textsim.shingles(words) if self.near else set()
+                    order = textsim.shingle_order(words) if self.near else []
+                    orders.append(order)
+                    shingles = first[key] = set(order)
                 paragraphs.append((span, key, shingles))
             parsed.append(paragraphs)
         # the index looks shingles up rarest first, and skips those only one paragraph holds
-        index = textsim.JaccardIndex(self.threshold, textsim.shingle_counts(first.values()))
+        index = textsim.JaccardIndex(self.threshold, textsim.shingle_counts(orders))
         exact: set[str] = set()
         dropped_exact = dropped_near = 0
         sources: list[Source] = []
@@ -249,4 +255,6 @@ class DedupeCleaner(Component):
         run.note("dropped_exact", dropped_exact)
         run.note("dropped_near", dropped_near)
         run.note("comparisons", index.comparisons)
+        if index.capped:
+            run.note("capped", index.capped)
         return context.evolve(sources=tuple(sources))

@@ -131,8 +131,9 @@ def test_dask_local_cluster_survives_a_worker_killed_mid_run(tmp_path: Path) -> 
     distributed = pytest.importorskip("distributed")
     corpus = _corpus(tmp_path, copies=10)
     out = tmp_path / "out.jsonl"
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,  # not on port 8787
+                                  dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": False},
+                                  ) as cluster, distributed.Client(cluster) as client:
         pids = client.run(os.getpid)
         run = _cli(tmp_path, "qa", str(corpus), "--out", str(out), "--query", "who won?",
                    "--executor", "dask", "--scheduler", cluster.scheduler_address, "--quiet")
