@@ -31,7 +31,7 @@ from typing import Any
 import regex
 import yaml
 
-from compactor.components import Component
+from compactor.components import Component, DataPath
 from compactor.document import Chunk, Context, frozen_mapping
 from compactor.hookspecs import hookimpl
 from compactor.run import Run
@@ -236,7 +236,7 @@ class InjectionClassifier(Component):
     requires = ("chunks",)
     provides = ("labels",)
 
-    def __init__(self, *, threshold: float = 0.8, rules: str | None = None) -> None:
+    def __init__(self, *, threshold: float = 0.8, rules: DataPath | None = None) -> None:
         self.threshold = threshold
         self.rules = load_rules(rules)
 

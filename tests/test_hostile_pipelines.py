@@ -136,3 +136,15 @@ def test_data_path_inside_the_folder_resolves_from_any_working_directory(tmp_pat
     missing.write_text(_rules_pipeline("tables/nope.yaml"), encoding="utf-8")
     with pytest.raises(ConfigError, match="not found"):
         Pipeline.from_yaml(missing)
+
+
+@pytest.mark.parametrize(("step", "key"), [("classify.injection", "rules"), ("llm.fallback", "prompt"),
+                                          ("compress.map_reduce", "map_prompt")])
+def test_every_data_path_parameter_is_confined(tmp_path: Path, step: str, key: str) -> None:
+    path = tmp_path / "p.yaml"
+    body = {"classify.injection": "  - use: chunk.sentences\n  - use: classify.injection\n",
+            "llm.fallback": "  - use: chunk.sentences\n  - use: compress.select\n  - use: llm.fallback\n",
+            "compress.map_reduce": "  - use: chunk.sentences\n  - use: compress.map_reduce\n"}[step]
+    path.write_text(f"version: 1\nsteps:\n{body}    with: {{{key}: ../../etc/passwd}}\n", encoding="utf-8")
+    result = run_check(path)
+    assert result.returncode == 2 and f"{step}: data file '../../etc/passwd' must not leave" in result.stderr
