@@ -72,7 +72,8 @@ def one_run(mode: str, pipeline: str, corpus: Path, out: Path) -> dict[str, Any]
     if mode == "dask":
         from distributed import Client, LocalCluster
 
-        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,  # None binds 8787
+                               dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": False})
         with cluster, Client(cluster) as client:
             started = time.perf_counter()
             stats = run_batch(text, label, corpus, out, executor="dask", scheduler=cluster.scheduler_address,

@@ -10,7 +10,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from compactor.compacter import ContextCompacter, expand
-from compactor.compaction import BudgetError
 from compactor.components import Component, Param, ScoreSet
 from compactor.conversation import (
     EXPAND_TOOL,
@@ -31,12 +30,14 @@ from compactor.document import (
     TranscriptSegment,
 )
 from compactor.errors import (
+    BudgetError,
     CompactorError,
     ConfigError,
     FidelityError,
     InputError,
     PluginError,
     StageError,
+    StoreError,
 )
 from compactor.hookspecs import hookimpl, hookspec
 from compactor.pipeline import Pipeline, resolved_pipeline
@@ -103,6 +104,7 @@ __all__ = [
     "Source",
     "StageError",
     "StepReport",
+    "StoreError",
     "TokenCounter",
     "TranscriptSegment",
     "__version__",
