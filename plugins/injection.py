@@ -34,6 +34,7 @@ import yaml
 from compactor.components import Component, DataPath
 from compactor.document import Chunk, Context, frozen_mapping
 from compactor.hookspecs import hookimpl
+from compactor.prefilter import Prefilter
 from compactor.run import Run
 from compactor.sentences import split_sentences
 
@@ -54,6 +55,11 @@ _CLOSER_RE = regex.compile(
     rf"{_LT}{_BAR}(?:im_end|eot_id|end|endoftext){_BAR}{_GT}"
     rf"|(?:\[|&\#0*91;)/INST(?:\]|&\#0*93;)|{_LT}{_LT}/SYS{_GT}{_GT}|{_LT}end_of_turn{_GT}",
     regex.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=8)
+def _prefilter(rules: tuple[tuple[str, float, regex.Pattern[str]], ...]) -> Prefilter:
+    return Prefilter([pattern for _, _, pattern in rules])
 
 
 @functools.cache
@@ -80,7 +86,12 @@ def scan(text: str, rules: Sequence[tuple[str, float, regex.Pattern[str]]] | Non
     score = 0.0
     hit: list[str] = []
     matches: list[str] = []
-    for name, weight, pattern in rules if rules is not None else load_rules():
+    table = tuple(rules) if rules is not None else load_rules()
+    # only the rules whose required words occur in the text run (compactor.prefilter: exact)
+    possible = _prefilter(table).possible(text)
+    for index, (name, weight, pattern) in enumerate(table):
+        if index not in possible:
+            continue
         found = [m.group().strip() for m in pattern.finditer(text)]
         if found:
             score += weight * min(len(found), 2)
