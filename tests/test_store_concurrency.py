@@ -73,8 +73,8 @@ def _sequential(order: list[int], strategy: str, store: Any) -> dict[str, Any]:
 
 
 def _growth(order: list[int]) -> list[tuple[int, int, int]]:
-    """Facts, kept chunks and summary length after each batch of a sequential run: each batch adds
-    to each, so a lost batch shows."""
+    """Facts, kept chunks and summary length after each batch of a sequential run: each batch
+    changes each, so a lost batch shows."""
     batches = _batches()
     compacters = [ContextCompacter(s, store=MemoryStore(), session="s", query=QUERY) for s in STRATEGIES]
     sizes = []
@@ -117,7 +117,9 @@ def test_four_spawned_processes_compose_as_a_sequential_run_for_every_strategy(t
         assert sorted(concurrent["sources"]) == sorted(unique)
         assert expected == _sequential(order, strategy, MemoryStore())  # the stores agree too
     grows = _growth(order)
-    assert all(x < y for a, b in itertools.pairwise(grows) for x, y in zip(a, b, strict=True)), grows
+    # facts and kept chunks grow with every batch, so a lost batch shows; the rolling summary is
+    # bounded (it may shrink), and `concurrent == expected` above compares it whole
+    assert all(a[0] < b[0] and a[1] < b[1] for a, b in itertools.pairwise(grows)), grows
     with SQLiteStore(db) as store:
         assert store._query("SELECT COUNT(*) FROM session_locks") == [(0,)]  # every lock released
 
