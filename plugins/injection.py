@@ -62,34 +62,6 @@ def _prefilter(rules: tuple[tuple[str, float, regex.Pattern[str]], ...]) -> Pref
     return Prefilter([pattern for _, _, pattern in rules])
 
 
-_LEADING_LOOKAHEAD = regex.compile(r"\(\?=\[((?:\\.|[^\]\\])+)\]\)")
-
-
-@functools.lru_cache(maxsize=64)
-def _first_chars(pattern: regex.Pattern[str]) -> frozenset[str] | None:
-    """The characters every match starts with, when the pattern opens with a lookahead class of
-    plain characters (`(?=[<&\\[])`): a text holding none of them cannot match. None: unknown."""
-    found = _LEADING_LOOKAHEAD.match(pattern.pattern)
-    if found is None:
-        return None
-    chars, body = set(), found.group(1)
-    i = 0
-    while i < len(body):
-        if body[i] == "\\":
-            if i + 1 >= len(body) or body[i + 1].isalnum():
-                return None  # a class escape (\d, \w ...) or a code: not plain
-            chars.add(body[i + 1])
-            i += 2
-        elif body[i] in "-^":
-            return None  # ranges and negations: not modelled
-        else:
-            chars.add(body[i])
-            i += 1
-    if pattern.flags & regex.IGNORECASE and any(ch.isalpha() for ch in chars):
-        return None  # letters match in either case: not modelled
-    return frozenset(chars)
-
-
 @functools.cache
 def load_rules(path: str | None = None) -> tuple[tuple[str, float, regex.Pattern[str]], ...]:
     """(name, weight, pattern) per rule and language, from the shipped table or a file of that shape.
@@ -119,9 +91,6 @@ def scan(text: str, rules: Sequence[tuple[str, float, regex.Pattern[str]]] | Non
     possible = _prefilter(table).possible(text)
     for index, (name, weight, pattern) in enumerate(table):
         if index not in possible:
-            continue
-        first = _first_chars(pattern)
-        if first is not None and not any(ch in text for ch in first):
             continue
         found = [m.group().strip() for m in pattern.finditer(text)]
         if found:
