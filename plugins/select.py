@@ -402,17 +402,11 @@ def best_window(chunk: Chunk, room: int, query_terms: frozenset[str], run: Run,
     while last < len(pieces) and total + counts[last] <= room:
         total += counts[last]
         last += 1
-    start, end = pieces[first][0], pieces[last - 1][1]
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
+    start, end = stripped(text, pieces[first][0], pieces[last - 1][1])
     exact = run.counter.count(text[start:end])  # pieces counted apart can merge differently
     while exact > room and last - 1 > first:
         last -= 1
-        end = pieces[last - 1][1]
-        while end > start and text[end - 1].isspace():
-            end -= 1
+        end = stripped(text, start, pieces[last - 1][1])[1]
         exact = run.counter.count(text[start:end])
     if exact > room:
         return None, 0
