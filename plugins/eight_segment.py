@@ -17,6 +17,7 @@ the rule draft and is used only if it keeps the headings, fits and invents nothi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -28,9 +29,12 @@ from compactor.components import Component, DataPath
 from compactor.document import Chunk, Context, Message, Segment, Source, chunk_id, frozen_mapping
 from compactor.hookspecs import hookimpl
 from compactor.messages import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, message_tokens, speaker
+from compactor.plugins import chat_summary as chat
 from compactor.plugins import history as hx
+from compactor.plugins.conversation_kinds import AGENT_KINDS, detect_kind, session_dates
 from compactor.plugins.llm_fallback import fill, template_for
 from compactor.plugins.llm_guard import Request, complete_guarded
+from compactor.plugins.textstats import terms
 from compactor.run import Run
 from compactor.tokens import TokenCounter
 
@@ -53,6 +57,9 @@ WEIGHTS: Mapping[str, float] = {"primary": 0.14, "concepts": 0.13, "files": 0.16
 MAX_EARLIER = 3
 #: Below this many summary tokens the marker is the short one.
 TIGHT = 400
+#: Chats and meetings: the share of the room the latest turns may take verbatim (the rest is chosen
+#: by value per token, whole short turns included, wherever they are in the history).
+PEOPLE_TAIL_SHARE = 0.2
 _HEADING = regex.compile(r"^## (.+?)\s*$", regex.MULTILINE)
 
 
@@ -74,7 +81,12 @@ class EightSegment(Component):
     """Compacts agent histories into the 8 sections (+ Optional Next Step) and verbatim head/tail turns.
 
     Run options in `context.meta["conversation_options"]` (what `compact_messages` and the CLI pass)
-    override the parameters: keep_last, role, summary_role, llm.
+    override the parameters: keep_last, role, summary_role, llm, kind, focus.
+
+    `kind` (auto: detected, `conversation_kinds.detect_kind`) picks the template: the eight sections
+    for coding and tool-using agents, the people template (`chat_summary`) for chats and meetings.
+    The scores and labels of earlier classify/score steps weigh what is kept (the analyzer chain);
+    `share` of the budget is used, and `validate.ratio` may retry with another (`budget_share`).
     """
 
     name = "compress.eight_segment"
@@ -85,7 +97,12 @@ class EightSegment(Component):
     def __init__(self, *, keep_last: int = 4, keep_first: bool = True, role: str | None = None,
                  summary_role: Literal["user", "system", "assistant"] = "user", next_step: bool = True,
                  snippet_lines: int = 12, llm: bool = False, prompt: DataPath | None = None,
-                 max_input_tokens: int = 12000) -> None:
+                 max_input_tokens: int = 12000,
+                 kind: Literal["auto", "coding", "tool", "chat", "meeting"] = "auto",
+                 focus: str | None = None, share: float = 1.0) -> None:
+        self.kind = kind
+        self.focus = focus
+        self.share = share
         self.keep_last = keep_last
         self.keep_first = keep_first
         self.role = role
@@ -103,12 +120,18 @@ class EightSegment(Component):
             problems.append("keep_last must be 0 or more")
         if not isinstance(params["snippet_lines"], int) or params["snippet_lines"] < 0:
             problems.append("snippet_lines must be 0 or more")
+        share = params.get("share", 1.0)
+        if not isinstance(share, int | float) or not 0 < share <= 1:
+            problems.append("share must be in (0, 1]")
         return problems
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
         options = dict(context.meta.get("conversation_options") or {})
+        share = float(context.meta.get("budget_share", self.share))
         budget = context.resolved_budget()
+        if budget is not None and share < 1.0:
+            budget = max(1, int(budget * share))
         plans: dict[str, Any] = {}
         segments: list[Segment] = []
         for source in context.sources:
@@ -116,15 +139,19 @@ class EightSegment(Component):
                 continue
             mine = [c for c in context.chunks if c.source_id == source.id]
             plan, parts = self.compact(source, budget, run, options, mine)
+            plan["budget_share"] = share
+            if not plan["unchanged"] and plan.get("summary"):
+                plan, parts = _quality_from_loss(context, mine, plan, parts, run.counter)
             plans[source.id] = plan
             segments.extend(parts)
         if not plans:
             run.warn("no conversation in the input: compress.eight_segment needs a message list")
         run.note("conversations", {sid: {k: plan[k] for k in ("original_tokens", "tokens", "quality",
-                                                                "method", "unchanged")}
+                                                                "method", "unchanged", "kind")}
                                    for sid, plan in plans.items()})
         return context.evolve(segments=tuple(segments),
-                              meta=frozen_mapping({**context.meta, "conversations": plans}))
+                              meta=frozen_mapping({**context.meta, "conversations": plans,
+                                                   "budget_share": share}))
 
     # -- one conversation ----------------------------------------------------------------------
 
@@ -140,25 +167,38 @@ class EightSegment(Component):
         costs = (by_message if len(by_message) == len(messages) == len(chunks)  # chunk.messages made them
                  else [message_tokens(m, counter) for m in messages])
         limit = budget if budget is not None else max(1, sum(costs) // 4)
-        settings = {"keep_last": int(options.get("keep_last", self.keep_last)),
-                    "keep_first": bool(options.get("keep_first", self.keep_first)),
-                    "summary_role_tokens": counter.count(summary_role)}
-        plan = plan_compaction(messages, costs, limit, **settings)
+        settings: dict[str, Any] = {"keep_last": int(options.get("keep_last", self.keep_last)),
+                                    "keep_first": bool(options.get("keep_first", self.keep_first)),
+                                    "summary_role_tokens": counter.count(summary_role)}
+        kind = str(options.get("kind") or self.kind)
+        history: hx.History | None = None
+        if TOKENS_PER_REPLY + sum(costs) > limit:  # it will be compacted: read it
+            history = hx.History(messages)
+            if kind == "auto":
+                kind = detect_kind(history)
+        people = kind not in AGENT_KINDS and kind != "auto"
+        plan = plan_compaction(messages, costs, limit, **settings,
+                               **({"tail_share": PEOPLE_TAIL_SHARE} if people else {}))
         data = plan_dict(plan)
         data.update(source_id=source.id, summary_role=summary_role, role=None, method="none",
-                    quality=1.0, tokens=plan.original_tokens, summary=None)
-        if plan.unchanged:
+                    quality=1.0, tokens=plan.original_tokens, summary=None, kind=kind)
+        if plan.unchanged or history is None:
             return data, [_message_segment(source, i, m, costs[i]) for i, m in enumerate(messages)]
-        history = hx.History(messages)
         role = options.get("role", self.role)
-        draft = self._draft(history, source, plan, costs, counter, role)
+        weights = message_weights(chunks, len(messages))
+        focus = frozenset(terms(str(options.get("focus") or self.focus or "")))
+        if people:
+            draft = self._write_people(history, source, plan, costs, counter, kind == "meeting", weights,
+                                       focus)
+        else:
+            draft = self._draft(history, source, plan, costs, counter, role, weights, focus)
         lost_latest = any("latest turn" in note for note in plan.notes)
-        if plan.summary_tokens < TIGHT or (lost_latest and plan.summary_tokens < 4 * TIGHT):
+        if not people and (plan.summary_tokens < TIGHT or (lost_latest and plan.summary_tokens < 4 * TIGHT)):
             # a small room: a summary may hold less than the turns it replaces; keep the plan that
             # leaves more of the history's key signals readable
             verbatim = plan_compaction(messages, costs, limit, tail_share=1.0, **settings)
             if verbatim.tail != plan.tail:
-                alternative = self._draft(history, source, verbatim, costs, counter, role)
+                alternative = self._draft(history, source, verbatim, costs, counter, role, weights, focus)
                 scope = [i for i in range(len(messages)) if i not in plan.head]
                 if (_readable(history, scope, alternative, verbatim)  # a tie goes to the verbatim turns
                         >= _readable(history, scope, draft, plan)):
@@ -180,8 +220,7 @@ class EightSegment(Component):
             run.warn(note)
         parts = [_message_segment(source, i, messages[i], costs[i]) for i in plan.head]
         pieces = [("marker", "Marker", draft.marker)]
-        pieces += [(key, title, draft.sections[key]) for key, title, _ in SECTIONS if key in draft.sections]
-        pieces += [(key, key, text) for key, text in draft.sections.items() if key == "llm"]
+        pieces += [(key, TITLES.get(key, key), text) for key, text in draft.sections.items()]
         pieces.append(("metadata", "Compression Metadata", draft.metadata))
         cited = tuple(chunk_id(source.id, i) for i in draft.cited)
         for key, title, text in pieces:
@@ -194,21 +233,67 @@ class EightSegment(Component):
         return data, parts
 
     def _draft(self, history: hx.History, source: Source, plan: Plan, costs: Sequence[int],
-               counter: TokenCounter, role: str | None) -> Draft:
+               counter: TokenCounter, role: str | None, weights: Mapping[int, float] | None = None,
+               focus: frozenset[str] = frozenset()) -> Draft:
         return self.write(history, source, plan.head, plan.tail, plan.dropped, plan.summary_tokens, counter,
                           role=role, original_tokens=plan.original_tokens,
-                          kept_tokens=TOKENS_PER_REPLY + sum(costs[i] for i in (*plan.head, *plan.tail)))
+                          kept_tokens=TOKENS_PER_REPLY + sum(costs[i] for i in (*plan.head, *plan.tail)),
+                          weights=weights, focus=focus)
+
+    def _write_people(self, history: hx.History, source: Source, plan: Plan, costs: Sequence[int],
+                      counter: TokenCounter, meeting: bool, weights: Mapping[int, float],
+                      focus: frozenset[str]) -> Draft:
+        """The people template (`chat_summary`): who is who, then the pieces worth most per token."""
+        zh = _chinese(history)
+        dropped, allowance = plan.dropped, plan.summary_tokens
+        kept_tokens = TOKENS_PER_REPLY + sum(costs[i] for i in (*plan.head, *plan.tail))
+        dates = session_dates(history.messages)
+        tight = allowance < TIGHT
+        earlier = earlier_ids(history, dropped)
+        marker = (short_marker(source.id, dropped) if tight
+                  else _marker(source.id, dropped, len(history.messages), earlier[-MAX_EARLIER:], zh))
+        people = [] if tight else chat.people_lines(history, plan.head, zh)
+        latest = chat.latest_session_line(dates, plan.tail, zh)
+        if latest:
+            people.append(latest)
+        kept_text = "\n".join(history.messages[i].content for i in (*plan.head, *plan.tail))
+        label = _main_role(history)
+        pieces = chat.pieces_of(history, dropped, counter, meeting, weights, focus)
+        pieces.extend(chat.carried_pieces(history, dropped, counter))
+        fixed = counter.count(_frame(marker, "\n".join(people), _metadata(plan.original_tokens, 99999, 1.0,
+                                                                            label, zh, tight), tight))
+        chosen = chat.choose(pieces, max(0, allowance - fixed - 6))
+        while True:
+            sections, cited = chat.render(history, chosen, people, meeting, zh, dates)
+            body = "\n\n".join(sections.values())
+            quality = quality_score(history, dropped, body, kept_text)
+            meta = _metadata(plan.original_tokens, 0, quality, label, zh, tight)
+            framed = counter.count(_frame(marker, body, meta, tight))
+            compressed = kept_tokens + framed + TOKENS_PER_MESSAGE + 1
+            meta = _metadata(plan.original_tokens, compressed, quality, label, zh, tight)
+            text = _frame(marker, body, meta, tight)
+            over = counter.count(text) - allowance
+            if over <= 0 or not chosen:
+                break
+            while chosen and over > 0:  # the last chosen added least: drop from the end
+                over -= chosen.pop().tokens + 2
+        if counter.count(text) > allowance:
+            short = short_marker(source.id, dropped)
+            return Draft(short, {}, (), quality, marker=short, metadata="")
+        first, last = (f"{marker} {meta}", "") if tight else (marker, meta)
+        return Draft(text, sections, cited, quality, marker=first, metadata=last)
 
     def write(self, history: hx.History, source: Source, head: Sequence[int], tail: Sequence[int],
               dropped: Sequence[int], allowance: int, counter: TokenCounter, *, role: str | None = None,
-              original_tokens: int = 0, kept_tokens: int = 0) -> Draft:
+              original_tokens: int = 0, kept_tokens: int = 0, weights: Mapping[int, float] | None = None,
+              focus: frozenset[str] = frozenset()) -> Draft:
         """The rule summary of the dropped messages within `allowance` tokens (never more)."""
         zh = _chinese(history)
         visible = [i for i in dropped if role is None or history.kinds[i] in ("user", "system")
                    or history.speakers[i] == role
                    or (history.kinds[i] == "output" and _answers_role(history, i, role))]
         kept_text = "\n".join(history.messages[i].content for i in (*head, *tail))
-        pools = self._candidates(history, visible, head, tail, kept_text)
+        pools = reweigh(self._candidates(history, visible, head, tail, kept_text), weights or {}, focus)
         tight = allowance < TIGHT
         earlier = earlier_ids(history, dropped)  # reachable through the dropped summary in any case
         marker = (short_marker(source.id, dropped) if tight
@@ -273,7 +358,7 @@ class EightSegment(Component):
             originals = run.counter.encoding.decode_bytes(tokens[: self.max_input_tokens]).decode(
                 "utf-8", "ignore")
         marker, metadata = draft.marker, draft.metadata
-        body = "\n\n".join(draft.sections[k] for k, _, _ in SECTIONS if k in draft.sections)
+        body = "\n\n".join(draft.sections.values())
         content = f"{body}\n\n---\n\n{originals}"
         prompt = fill(template_for(self.prompt, "conversation", "zh" if zh else "en"),
                       query="", budget=str(allowance), content=content)
@@ -295,6 +380,76 @@ class EightSegment(Component):
         quality = quality_score(history, dropped, reply, kept_text)
         return Draft(text, {"llm": reply.strip()}, draft.cited, quality, method="llm", marker=marker,
                      metadata=metadata)
+
+
+# -- the analyzer chain and the focus --------------------------------------------------------------
+
+#: Section titles of both templates by key.
+TITLES: Mapping[str, str] = {**{key: en for key, en, _ in SECTIONS},
+                             **{key: en for key, en, _ in chat.PEOPLE_SECTIONS}, "llm": "llm"}
+
+
+def message_weights(chunks: Sequence[Chunk], count: int) -> dict[int, float]:
+    """What the pipeline's classify and score steps say each message is worth, as a multiplier around
+    1 (empty when no step scored them): `combined` (every `score.*` step and third-party scorer,
+    weighted as the pipeline says) from 0.25x to 1.75x, x1.2 for a message labelled actionable."""
+    by_index = {c.units[0]: c for c in chunks if c.units is not None and c.units[1] == c.units[0] + 1}
+    if len(by_index) != count:
+        return {}
+    weights: dict[int, float] = {}
+    for i, chunk in by_index.items():
+        combined = chunk.scores.get("combined")
+        weight = 0.25 + 1.5 * min(1.0, max(0.0, float(combined))) if combined is not None else 1.0
+        if chunk.labels.get("actionability") == "actionable":
+            weight *= 1.2
+        if weight != 1.0:
+            weights[i] = weight
+    return weights
+
+
+def reweigh(pools: dict[str, list[hx.Item]], weights: Mapping[int, float],
+            focus: frozenset[str]) -> dict[str, list[hx.Item]]:
+    """Scale every candidate's priority by its messages' weight (the best of the ones it cites) and
+    raise what matches the focus, in every section (so `/compact focus on ...` works everywhere)."""
+    if not weights and not focus:
+        return pools
+    for items in pools.values():
+        for item in items:
+            if weights:
+                item.priority *= max((weights.get(i, 1.0) for i in item.messages), default=1.0)
+            if focus:
+                words = set(terms(item.text))
+                if words & focus:
+                    item.priority *= 1.0 + 3.0 * len(words & focus) / len(focus)
+    return pools
+
+
+def _quality_from_loss(context: Context, chunks: Sequence[Chunk], plan: dict[str, Any],
+                       parts: list[Segment], counter: TokenCounter) -> tuple[dict[str, Any], list[Segment]]:
+    """Put `validate.loss`'s retention (the same measure, on this history and these segments) in the
+    metadata block instead of the rule draft's own signal count."""
+    from compactor.plugins.validate import loss_report
+
+    retention = float(loss_report(context.evolve(chunks=tuple(chunks), segments=tuple(parts)))["retention"])
+    old = float(plan["quality"])
+    summary = str(plan["summary"])
+    patterns = (f"quality score {old:.2f}", f"quality {old:.2f}", f"质量分数 {old:.2f}")
+    fixed = summary
+    for pattern in patterns:
+        fixed = fixed.replace(pattern, pattern.replace(f"{old:.2f}", f"{retention:.2f}"), 1)
+    if fixed == summary or counter.count(fixed) > counter.count(summary):
+        plan["quality"] = round(retention, 3)
+        return plan, parts
+    plan = {**plan, "summary": fixed, "quality": round(retention, 3)}
+    new_parts = []
+    for part in parts:
+        if part.metadata.get("section") in ("metadata", "marker") and f"{old:.2f}" in part.text:
+            text = part.text
+            for pattern in patterns:
+                text = text.replace(pattern, pattern.replace(f"{old:.2f}", f"{retention:.2f}"), 1)
+            part = dataclasses.replace(part, text=text, tokens=counter.count(text))
+        new_parts.append(part)
+    return plan, new_parts
 
 
 # -- section budgets -------------------------------------------------------------------------------
