@@ -77,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="conversations: turns kept verbatim at the end (a call with its results is one)")
     parser.add_argument("--role", help="conversations: write the handoff summary of this speaker "
                         "(its name or role)")
+    parser.add_argument("--kind", choices=("auto", "coding", "tool", "chat", "meeting"),
+                        help="conversations: the kind of history (default: detected from the messages); "
+                        "picks the summary template")
+    parser.add_argument("--focus", metavar="TEXT",
+                        help="conversations: raise what matches this text in every section "
+                        "(like `/compact focus on ...`)")
+    parser.add_argument("--keep-files", type=int, metavar="N",
+                        help="coding agents: keep the latest view of the N files worked on last verbatim")
     parser.add_argument("--expand", nargs="+", metavar="ID",
                         help="print the original text of these chunk ids (ranges like <id>-0002..0009 too) "
                         "from --store, and exit")
@@ -215,11 +223,15 @@ def _main(args: argparse.Namespace) -> int:
         raise ConfigError("--budget must be a positive number of tokens")
     sources = read_paths(args.inputs or ["-"])
     progress = _progress_printer(sys.stderr) if not args.quiet and sys.stderr.isatty() else None
-    options = {k: v for k, v in (("keep_last", args.keep_last), ("role", args.role)) if v is not None}
+    options = {k: v for k, v in (("keep_last", args.keep_last), ("role", args.role), ("kind", args.kind),
+                                 ("focus", args.focus), ("keep_files", args.keep_files)) if v is not None}
     if options and not conversation:
-        raise ConfigError("--keep-last and --role apply to conversation pipelines (compress.eight_segment)")
+        raise ConfigError("--keep-last, --role, --kind, --focus and --keep-files apply to conversation "
+                          "pipelines (compress.eight_segment)")
     if args.keep_last is not None and args.keep_last < 0:
         raise ConfigError("--keep-last must be 0 or more")
+    if args.keep_files is not None and args.keep_files < 0:
+        raise ConfigError("--keep-files must be 0 or more")
     inputs = Context(sources=tuple(sources), query=pipeline.spec.query, budget=pipeline.spec.budget,
                      meta=frozen_mapping({"conversation_options": options} if options else {}))
     store = open_store(args.store or (DEFAULT_STORE if args.session else None)) if conversation else None

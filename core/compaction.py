@@ -18,6 +18,8 @@ from compactor.document import Message
 from compactor.errors import BudgetError
 from compactor.messages import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, Unit, answers, to_dict, units
 
+#: The kinds of history compacted differently (`compress.eight_segment`'s `kind`).
+KINDS: tuple[str, ...] = ("coding", "tool", "chat", "meeting")
 #: Summary marker: the first characters of every summary message compactor writes.
 SUMMARY_MARK = "[compactor]"
 #: The smallest summary: the short marker line with the expand ids (at most ~45 tokens).

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from compactor.compacter import expand
-from compactor.compaction import assemble
+from compactor.compaction import KINDS, assemble
 from compactor.document import Budget, Context, frozen_mapping
 from compactor.errors import InputError
 from compactor.llm import LLMSettings
@@ -105,20 +105,31 @@ def llm_mapping(llm: Any) -> dict[str, Any] | None:
 def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep_last: int = 4,
                      llm: Any = None, role: str | None = None, summary_role: str = "user",
                      store: str | ChunkStore | None = None, session: str | None = None,
-                     pipeline: str | Pipeline = "conversation") -> CompactedMessages:
+                     pipeline: str | Pipeline = "conversation", kind: str | None = None,
+                     focus: str | None = None, keep_files: int = 0) -> CompactedMessages:
     """Compact a message list to at most `budget` tokens (OpenAI's per-message accounting).
 
     `messages`: dicts in the OpenAI chat, legacy-function or content-block format, `Message`s, SDK
     message objects, or JSON text. `keep_last`: turns kept verbatim at the end (a tool call with its
     results is one turn), fewer when they do not fit. `llm`: None for rules only; True, a settings
     mapping (`{"model": ..., "base_url": ...}`) or `LLMSettings` for a guarded rewrite of the rule
-    summary. `role`: write the handoff summary of that speaker. Never fails because the history is
-    long; raises `BudgetError` only if the system message alone leaves no room for a summary.
+    summary. `role`: write the handoff summary of that speaker. `kind`: "coding", "tool", "chat" or
+    "meeting" forces the template (default: detected; the result's `report["kind"]` says which).
+    `focus`: text whose matches rise in every section ("the refund for order 123"). `keep_files`:
+    coding agents, keep the latest view of that many files worked on last verbatim. Never fails
+    because the history is long; raises `BudgetError` only if the system message alone leaves no
+    room for a summary.
     """
     if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
         raise InputError(f"budget must be a positive number of tokens, not {budget!r}")
     if summary_role not in SUMMARY_ROLES:
         raise InputError(f"summary_role must be one of {', '.join(SUMMARY_ROLES)}, not {summary_role!r}")
+    if kind is not None and kind not in (*KINDS, "auto"):
+        raise InputError(f"kind must be one of auto, {', '.join(KINDS)}, not {kind!r}")
+    if not isinstance(keep_files, int) or isinstance(keep_files, bool) or keep_files < 0:
+        raise InputError(f"keep_files must be 0 or more, not {keep_files!r}")
+    if focus is not None and not isinstance(focus, str):
+        raise InputError(f"focus must be text, not {type(focus).__name__}")
     parsed = read_messages(messages)
     source = conversation_source(parsed)
     runner = shipped_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
@@ -126,7 +137,7 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
     session_id = session or DEFAULT_SESSION
     llm_settings = llm_mapping(llm)
     options = {"keep_last": keep_last, "role": role, "summary_role": summary_role,
-               "llm": llm_settings is not None}
+               "llm": llm_settings is not None, "kind": kind, "focus": focus, "keep_files": keep_files}
     context = Context(sources=(source,), budget=Budget(max_tokens=budget),
                       meta=frozen_mapping({"conversation_options": options}))
     result = runner.run(context, output_format="messages", store=target, session=session_id,

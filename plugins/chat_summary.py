@@ -49,16 +49,21 @@ PEOPLE_SECTIONS: tuple[tuple[str, str, str], ...] = (
 #: How much more a piece of each kind is worth than a plain sentence with the same new words.
 KIND_BONUS: Mapping[str, float] = {"facts": 1.3, "events": 1.3, "plans": 1.3, "decisions": 1.3,
                                    "questions": 1.1, "points": 1.0}
+#: A word said in more than this share of the messages is filler, not a topic.
+COMMON = 0.15
+#: In a chat, a sentence that states no fact, date, plan or question is worth less (small talk).
+CHAT_POINTS = 0.8
 #: Turns at most this many tokens are candidates as a whole (kept verbatim), not sentence by sentence.
 SHORT_TURN = 48
 _LINE_COST = 7  # "- m12 Name: " and the line break
 _JOIN_COST = 2  # " … " between two pieces of one message on one line
 
 _FIRST_PERSON = regex.compile(
-    r"(?i)\b(?:I|I'm|I've|I'd|my|mine|we're|our)\b[^.?!]{0,80}?\b(?:am|'m|is|are|was|like|love|loved|"
-    r"prefer|hate|enjoy|favou?rite|have|had|'ve|own|work|worked|live|lived|grew up|allergic|used to|"
-    r"always|never|usually|born|name|married|studying|study|kids?|wife|husband|partner|dog|cat)\b|"
-    r"我(?:是|叫|喜欢|爱|讨厌|不喜欢|住在|在|有|的|一直|从来|习惯|偏好|更喜欢)")
+    r"(?i)\bI(?:'m| am)\b|\bI (?:really |also |usually |always |never |still )?(?:like|love|loved|prefer|"
+    r"hate|enjoy|work|worked|live|lived|own|grew up|used to|was born|study|studied|moved|have|had|got)\b|"
+    r"\bmy (?:name|job|favou?rite|wife|husband|partner|son|daughter|kids?|children|dog|cat|mom|mother|"
+    r"dad|father|sister|brother|birthday|hobby|address|email|phone|home|team|company)\b|"
+    r"我(?:是|叫|喜欢|爱|讨厌|不喜欢|住在|有|一直|习惯|更喜欢)")
 _PLAN = regex.compile(
     r"(?i)\b(?:will|'ll|going to|gonna|plan(?:ning)? to|intend|let's|let us|we should|I should|need to|"
     r"have to|promise|deadline|due|by (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
@@ -68,6 +73,7 @@ _DECISION = regex.compile(
     r"(?i)\b(?:decided|decide|agreed|agree|decision|conclusion|we(?:'ll| will) go with|settled|"
     r"approved|final(?:ly)?|consensus|resolved)\b|决定|同意|结论|通过|确定")
 _QUESTION = regex.compile(r"[?？]\s*$")
+_DIGIT = regex.compile(r"\d")
 
 
 @dataclass(slots=True)
@@ -131,7 +137,7 @@ def _piece(i: int, order: int, text: str, cost: int, meeting: bool, weights: Map
            focus: frozenset[str], whole: bool = False) -> Piece:
     words = frozenset(terms(text))
     kind = kind_of(text, meeting)
-    bonus = KIND_BONUS[kind] * weights.get(i, 1.0)
+    bonus = (KIND_BONUS[kind] if meeting or kind != "points" else CHAT_POINTS) * weights.get(i, 1.0)
     if focus and words & focus:
         bonus *= 1.0 + 3.0 * len(words & focus) / len(focus)
     return Piece(i, order, text, words, max(1, cost), kind, bonus, whole)
@@ -151,7 +157,9 @@ def choose(pieces: Sequence[Piece], room: int, recent: float = 0.15) -> list[Pie
             if seen.get(word) != piece.index:
                 df[word] += 1
                 seen[word] = piece.index
-    weight = {w: 1.0 + math.log(c) for w, c in df.items()}
+    cap = COMMON * len({p.index for p in pieces})
+    weight = {w: (1.0 + 0.5 * math.log(c) if c <= cap else 0.5) * (3.0 if _DIGIT.search(w) else 1.0)
+              for w, c in df.items()}
     covered: set[str] = set()
     lines: set[int] = set()
     heap: list[tuple[float, int]] = []

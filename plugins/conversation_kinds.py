@@ -20,10 +20,12 @@ from typing import Literal
 
 import regex
 
+from compactor.compaction import KINDS
 from compactor.plugins import history as hx
 
 Kind = Literal["coding", "tool", "chat", "meeting"]
-KINDS: tuple[str, ...] = ("coding", "tool", "chat", "meeting")
+__all__ = ["AGENT_KINDS", "KINDS", "detect_kind", "has_time_reference", "parse_date", "resolve_relative",
+           "session_dates"]
 #: Kinds summarised with the seed-004 eight sections (agent work); the others use the people template.
 AGENT_KINDS = frozenset({"coding", "tool"})
 _DATE_KEYS = ("date", "session_date", "date_time", "datetime", "timestamp", "created_at", "created", "time",
@@ -202,7 +204,8 @@ def has_time_reference(text: str) -> bool:
     """Whether a sentence dates something (a date, a weekday, a month or a relative date)."""
     from compactor.plugins.textstats import DATE
 
-    return bool(_RELATIVE.search(text) or DATE.search(text) or _WEEKDAY_OR_MONTH.search(text))
+    relative = any(not m.group("today") for m in _RELATIVE.finditer(text))  # "today" dates nothing
+    return bool(relative or DATE.search(text) or _WEEKDAY_OR_MONTH.search(text))
 
 
 _WEEKDAY_OR_MONTH = regex.compile(

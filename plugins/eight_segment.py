@@ -32,6 +32,7 @@ from compactor.messages import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, message_tok
 from compactor.plugins import chat_summary as chat
 from compactor.plugins import history as hx
 from compactor.plugins.conversation_kinds import AGENT_KINDS, detect_kind, session_dates
+from compactor.plugins.file_memory import recent_files, render_views
 from compactor.plugins.llm_fallback import fill, template_for
 from compactor.plugins.llm_guard import Request, complete_guarded
 from compactor.plugins.textstats import terms
@@ -99,8 +100,11 @@ class EightSegment(Component):
                  snippet_lines: int = 12, llm: bool = False, prompt: DataPath | None = None,
                  max_input_tokens: int = 12000,
                  kind: Literal["auto", "coding", "tool", "chat", "meeting"] = "auto",
-                 focus: str | None = None, share: float = 1.0) -> None:
+                 focus: str | None = None, share: float = 1.0, keep_files: int = 0,
+                 files_share: float = 0.35) -> None:
         self.kind = kind
+        self.keep_files = keep_files
+        self.files_share = files_share
         self.focus = focus
         self.share = share
         self.keep_last = keep_last
@@ -120,6 +124,11 @@ class EightSegment(Component):
             problems.append("keep_last must be 0 or more")
         if not isinstance(params["snippet_lines"], int) or params["snippet_lines"] < 0:
             problems.append("snippet_lines must be 0 or more")
+        if not isinstance(params.get("keep_files", 0), int) or params.get("keep_files", 0) < 0:
+            problems.append("keep_files must be 0 or more")
+        files_share = params.get("files_share", 0.35)
+        if not isinstance(files_share, int | float) or not 0 < files_share < 1:
+            problems.append("files_share must be in (0, 1)")
         share = params.get("share", 1.0)
         if not isinstance(share, int | float) or not 0 < share <= 1:
             problems.append("share must be in (0, 1]")
@@ -187,13 +196,24 @@ class EightSegment(Component):
         role = options.get("role", self.role)
         weights = message_weights(chunks, len(messages))
         focus = frozenset(terms(str(options.get("focus") or self.focus or "")))
+        keep_files = int(options.get("keep_files", self.keep_files))
+        pinned: list[str] = []
+        if keep_files and not people and plan.summary_tokens >= TIGHT:
+            views = recent_files(history, plan.dropped, keep_files)
+            pinned, pinned_cost = render_views(views, int(self.files_share * plan.summary_tokens), counter)
         if people:
             draft = self._write_people(history, source, plan, costs, counter, kind == "meeting", weights,
                                        focus)
+        elif pinned:  # the files first, the sections in what they leave
+            heading = counter.count(f"## {_title('files', _chinese(history))}\n") + 2
+            room = dataclasses.replace(plan, summary_tokens=plan.summary_tokens - pinned_cost - heading)
+            draft = _pin_files(self._draft(history, source, room, costs, counter, role, weights, focus,
+                                           extra_tokens=pinned_cost + heading), pinned, _chinese(history))
         else:
             draft = self._draft(history, source, plan, costs, counter, role, weights, focus)
         lost_latest = any("latest turn" in note for note in plan.notes)
-        if not people and (plan.summary_tokens < TIGHT or (lost_latest and plan.summary_tokens < 4 * TIGHT)):
+        small = plan.summary_tokens < TIGHT or (lost_latest and plan.summary_tokens < 4 * TIGHT)
+        if not people and not pinned and small:
             # a small room: a summary may hold less than the turns it replaces; keep the plan that
             # leaves more of the history's key signals readable
             verbatim = plan_compaction(messages, costs, limit, tail_share=1.0, **settings)
@@ -234,10 +254,10 @@ class EightSegment(Component):
 
     def _draft(self, history: hx.History, source: Source, plan: Plan, costs: Sequence[int],
                counter: TokenCounter, role: str | None, weights: Mapping[int, float] | None = None,
-               focus: frozenset[str] = frozenset()) -> Draft:
+               focus: frozenset[str] = frozenset(), extra_tokens: int = 0) -> Draft:
+        kept = TOKENS_PER_REPLY + sum(costs[i] for i in (*plan.head, *plan.tail)) + extra_tokens
         return self.write(history, source, plan.head, plan.tail, plan.dropped, plan.summary_tokens, counter,
-                          role=role, original_tokens=plan.original_tokens,
-                          kept_tokens=TOKENS_PER_REPLY + sum(costs[i] for i in (*plan.head, *plan.tail)),
+                          role=role, original_tokens=plan.original_tokens, kept_tokens=kept,
                           weights=weights, focus=focus)
 
     def _write_people(self, history: hx.History, source: Source, plan: Plan, costs: Sequence[int],
@@ -252,7 +272,9 @@ class EightSegment(Component):
         earlier = earlier_ids(history, dropped)
         marker = (short_marker(source.id, dropped) if tight
                   else _marker(source.id, dropped, len(history.messages), earlier[-MAX_EARLIER:], zh))
-        people = [] if tight else chat.people_lines(history, plan.head, zh)
+        people = chat.people_lines(history, plan.head, zh) if allowance >= 200 else []
+        while people and counter.count("\n".join(people)) > 0.15 * allowance:
+            people.pop()
         latest = chat.latest_session_line(dates, plan.tail, zh)
         if latest:
             people.append(latest)
@@ -387,6 +409,23 @@ class EightSegment(Component):
 #: Section titles of both templates by key.
 TITLES: Mapping[str, str] = {**{key: en for key, en, _ in SECTIONS},
                              **{key: en for key, en, _ in chat.PEOPLE_SECTIONS}, "llm": "llm"}
+
+
+def _pin_files(draft: Draft, blocks: Sequence[str], zh: bool) -> Draft:
+    """The draft with the kept file views at the top of its Files and Code Sections."""
+    sections: dict[str, str] = {}
+    pinned = "\n".join(blocks)
+    for key, _, _ in SECTIONS:
+        if key == "files":
+            existing = draft.sections.get("files")
+            sections["files"] = (existing.replace("\n", f"\n{pinned}\n", 1) if existing
+                                 else f"## {_title('files', zh)}\n{pinned}")
+        elif key in draft.sections:
+            sections[key] = draft.sections[key]
+    if not draft.sections:  # only the marker fitted: the files still go
+        sections = {"files": f"## {_title('files', zh)}\n{pinned}"}
+    text = _join(draft.marker, "\n\n".join(sections.values()), draft.metadata)
+    return dataclasses.replace(draft, text=text, sections=sections)
 
 
 def message_weights(chunks: Sequence[Chunk], count: int) -> dict[int, float]:
