@@ -55,7 +55,6 @@ COMMON = 0.15
 CHAT_POINTS = 0.8
 #: Turns at most this many tokens are candidates as a whole (kept verbatim), not sentence by sentence.
 SHORT_TURN = 48
-_LINE_COST = 7  # "- m12 Name: " and the line break
 _JOIN_COST = 2  # " … " between two pieces of one message on one line
 
 _FIRST_PERSON = regex.compile(
@@ -89,6 +88,7 @@ class Piece:
     bonus: float
     whole: bool = False
     carried: bool = False  # a line of an earlier summary, rendered as it was
+    line_cost: int = 7  # what opening its message's line costs (`- m12 Ana: ` and the break)
 
 
 def kind_of(text: str, meeting: bool) -> str:
@@ -107,8 +107,10 @@ def kind_of(text: str, meeting: bool) -> str:
 
 
 def pieces_of(history: hx.History, visible: Sequence[int], counter: TokenCounter, meeting: bool,
-              weights: Mapping[int, float], focus: frozenset[str]) -> list[Piece]:
-    """Candidates from the people's messages in `visible`: whole short turns, else their sentences."""
+              weights: Mapping[int, float], focus: frozenset[str],
+              dates: Sequence[dt.date | None] = ()) -> list[Piece]:
+    """Candidates from the people's messages in `visible`: whole short turns, else their sentences
+    (relative dates already resolved against the message's date, line prefixes counted)."""
     out: list[Piece] = []
     short: list[tuple[int, str]] = []
     split: list[tuple[int, int, str]] = []
@@ -130,7 +132,24 @@ def pieces_of(history: hx.History, visible: Sequence[int], counter: TokenCounter
     costs = counter.count_many([s for _, _, s in split])
     out.extend(_piece(i, k, s, cost, meeting, weights, focus)
                for (i, k, s), cost in zip(split, costs, strict=True))
+    indices = sorted({p.index for p in out})
+    prefixes = dict(zip(indices, counter.count_many([_prefix(history, i, dates) for i in indices]),
+                        strict=True))
+    dated = [p for p in out if p.index < len(dates) and dates[p.index] is not None]
+    resolved = [resolve_relative(p.text, dates[p.index]) for p in dated]
+    changed = [(p, text) for p, text in zip(dated, resolved, strict=True) if text != p.text]
+    for (piece, text), cost in zip(changed, counter.count_many([t for _, t in changed]), strict=True):
+        piece.text, piece.tokens = text, cost
+    for piece in out:
+        piece.line_cost = prefixes[piece.index] + 1
     return out
+
+
+def _prefix(history: hx.History, index: int, dates: Sequence[dt.date | None]) -> str:
+    """A line's start: `- m12, 2023-05-08 Ana: `."""
+    day = dates[index] if index < len(dates) else None
+    stamp = f", {day.isoformat()}" if day else ""
+    return f"- m{index}{stamp} {history.speakers[index]}: "
 
 
 def _piece(i: int, order: int, text: str, cost: int, meeting: bool, weights: Mapping[int, float],
@@ -179,7 +198,7 @@ def choose(pieces: Sequence[Piece], room: int, recent: float = 0.15) -> list[Pie
         if heap and gain < -heap[0][0] - 1e-12:
             heapq.heappush(heap, (-gain, n))
             continue
-        cost = piece.tokens + (_JOIN_COST if piece.index in lines else _LINE_COST)
+        cost = piece.tokens + (_JOIN_COST if piece.index in lines else piece.line_cost)
         if spent + cost > room:
             continue
         chosen.append(piece)
@@ -194,7 +213,7 @@ def _gain(piece: Piece, weight: Mapping[str, float], covered: set[str], lines: s
     new = sum(weight[w] for w in piece.words if w not in covered)
     if new <= 0:
         return 0.0
-    cost = piece.tokens + (_JOIN_COST if piece.index in lines else _LINE_COST)
+    cost = piece.tokens + (_JOIN_COST if piece.index in lines else piece.line_cost)
     return new * piece.bonus * (1.0 + recent * piece.index / last) / cost
 
 
@@ -248,8 +267,8 @@ def people_lines(history: hx.History, head: Sequence[int], zh: bool, limit: int 
 
 def render(history: hx.History, chosen: Sequence[Piece], people: Sequence[str], meeting: bool, zh: bool,
            dates: Sequence[dt.date | None]) -> tuple[dict[str, str], tuple[int, ...]]:
-    """The sections as Markdown (lines in message order, one line per message and section, its date
-    when known, relative dates resolved) and the messages they cite."""
+    """The sections as Markdown (lines in message order, one line per message and section, with its
+    date when known) and the messages they cite."""
     by_section: dict[str, dict[int, list[Piece]]] = defaultdict(lambda: defaultdict(list))
     for piece in chosen:
         by_section[piece.kind][piece.index].append(piece)
@@ -271,11 +290,7 @@ def render(history: hx.History, chosen: Sequence[Piece], people: Sequence[str], 
             text = parts[0].text
             for before, piece in itertools.pairwise(parts):
                 text += (" " if piece.order == before.order + 1 else " … ") + piece.text
-            day = dates[index] if index < len(dates) else None
-            text = resolve_relative(text, day)
-            stamp = f", {day.isoformat()}" if day else ""
-            who = history.speakers[index]
-            lines.append(f"- m{index}{stamp} {who}: {text}")
+            lines.append(_prefix(history, index, dates) + text)
             cited.add(index)
         sections[key] = f"## {titles[key]}\n" + "\n".join(lines)
     return sections, tuple(sorted(cited))

@@ -204,7 +204,8 @@ def has_time_reference(text: str) -> bool:
     """Whether a sentence dates something (a date, a weekday, a month or a relative date)."""
     from compactor.plugins.textstats import DATE
 
-    relative = any(not m.group("today") for m in _RELATIVE.finditer(text))  # "today" dates nothing
+    relative = any(not m.group("today") and m.group("zh") not in ("今天",)  # "today" dates nothing
+                   for m in _RELATIVE.finditer(text))
     return bool(relative or DATE.search(text) or _WEEKDAY_OR_MONTH.search(text))
 
 

@@ -280,11 +280,12 @@ class EightSegment(Component):
             people.append(latest)
         kept_text = "\n".join(history.messages[i].content for i in (*plan.head, *plan.tail))
         label = _main_role(history)
-        pieces = chat.pieces_of(history, dropped, counter, meeting, weights, focus)
+        pieces = chat.pieces_of(history, dropped, counter, meeting, weights, focus, dates)
         pieces.extend(chat.carried_pieces(history, dropped, counter))
         fixed = counter.count(_frame(marker, "\n".join(people), _metadata(plan.original_tokens, 99999, 1.0,
                                                                             label, zh, tight), tight))
-        chosen = chat.choose(pieces, max(0, allowance - fixed - 6))
+        headings = len({p.kind for p in pieces}) * (8 if zh else 6)  # at most one per section
+        chosen = chat.choose(pieces, max(0, allowance - fixed - headings))
         while True:
             sections, cited = chat.render(history, chosen, people, meeting, zh, dates)
             body = "\n\n".join(sections.values())
