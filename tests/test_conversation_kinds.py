@@ -315,3 +315,25 @@ def test_cli_kind_focus_and_keep_files(tmp_path) -> None:  # type: ignore[no-unt
     assert "order 123" in summary and "## People" in summary
     bad = subprocess.run([*run, "--keep-files", "-1"], capture_output=True, text=True, check=False)
     assert bad.returncode != 0 and "--keep-files" in bad.stderr
+
+
+def test_chinese_chat_gets_the_people_template_with_resolved_dates() -> None:
+    fill = ["哈哈，今天天气真不错。", "是啊，下午喝了一杯咖啡。", "对，最近工作有点忙。",
+            "嗯嗯，周末好好休息一下吧。"]
+    facts = {10: "我是李雷，在上海做护士，我喜欢带着我的狗去爬山。", 24: "昨天我和妹妹去了西湖。",
+             30: "我打算下个月和妹妹去成都玩两周，6月12日出发。"}
+    history = []
+    for i in range(120):
+        message: dict[str, Any] = {"role": "user" if i % 2 == 0 else "assistant",
+                                   "content": facts.get(i, f"{fill[i % 4]}第{i}句。")}
+        if i % 40 == 0:
+            message["date"] = f"2023-05-{8 + i // 40:02d}"
+        history.append(message)
+    budget = compactor.count_message_tokens(history) // 4
+    out = compactor.compact_messages(history, budget)
+    summary = out.summary or ""
+    assert out.report["kind"] == "chat"
+    assert "## 参与者" in summary and "## 事实与偏好" in summary and "## 计划与承诺" in summary
+    assert "m24, 2023-05-08 user: 昨天 [2023-05-07]我和妹妹去了西湖。" in summary
+    assert "下个月 [2023-06]" in summary and "在上海做护士" in summary
+    assert compactor.count_message_tokens(out) <= budget
