@@ -18,6 +18,7 @@ the rule draft and is used only if it keeps the headings, fits and invents nothi
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -61,6 +62,8 @@ TIGHT = 400
 #: Chats and meetings: the share of the room the latest turns may take verbatim (the rest is chosen
 #: by value per token, whole short turns included, wherever they are in the history).
 PEOPLE_TAIL_SHARE = 0.2
+#: The metadata's quality (validate.loss retention) reads at most about this many characters.
+QUALITY_SAMPLE_CHARS = 60_000
 _HEADING = regex.compile(r"^## (.+?)\s*$", regex.MULTILINE)
 
 
@@ -467,10 +470,15 @@ def reweigh(pools: dict[str, list[hx.Item]], weights: Mapping[int, float],
 def _quality_from_loss(context: Context, chunks: Sequence[Chunk], plan: dict[str, Any],
                        parts: list[Segment], counter: TokenCounter) -> tuple[dict[str, Any], list[Segment]]:
     """Put `validate.loss`'s retention (the same measure, on this history and these segments) in the
-    metadata block instead of the rule draft's own signal count."""
+    metadata block instead of the rule draft's own signal count. A history longer than
+    `QUALITY_SAMPLE_CHARS` is measured on an even sample of its messages (every k-th), so the
+    figure costs a bounded time however long the history is."""
     from compactor.plugins.validate import loss_report
 
-    retention = float(loss_report(context.evolve(chunks=tuple(chunks), segments=tuple(parts)))["retention"])
+    total = sum(len(c.text) for c in chunks)
+    step = max(1, math.ceil(total / QUALITY_SAMPLE_CHARS))
+    sample = tuple(c for n, c in enumerate(chunks) if n % step == 0)
+    retention = float(loss_report(context.evolve(chunks=sample, segments=tuple(parts)))["retention"])
     old = float(plan["quality"])
     summary = str(plan["summary"])
     patterns = (f"quality score {old:.2f}", f"quality {old:.2f}", f"质量分数 {old:.2f}")
