@@ -32,6 +32,7 @@ from compactor.plugins import history as hx
 from compactor.plugins.llm_fallback import fill, template_for
 from compactor.plugins.llm_guard import Request, complete_guarded
 from compactor.run import Run
+from compactor.system_prompt import shorten_system
 from compactor.tokens import TokenCounter
 
 SECTIONS: tuple[tuple[str, str, str], ...] = (
@@ -74,7 +75,7 @@ class EightSegment(Component):
     """Compacts agent histories into the 8 sections (+ Optional Next Step) and verbatim head/tail turns.
 
     Run options in `context.meta["conversation_options"]` (what `compact_messages` and the CLI pass)
-    override the parameters: keep_last, role, summary_role, llm.
+    override the parameters: keep_last, role, summary_role, llm, compress_system.
     """
 
     name = "compress.eight_segment"
@@ -85,7 +86,7 @@ class EightSegment(Component):
     def __init__(self, *, keep_last: int = 4, keep_first: bool = True, role: str | None = None,
                  summary_role: Literal["user", "system", "assistant"] = "user", next_step: bool = True,
                  snippet_lines: int = 12, llm: bool = False, prompt: DataPath | None = None,
-                 max_input_tokens: int = 12000) -> None:
+                 max_input_tokens: int = 12000, compress_system: bool = False) -> None:
         self.keep_last = keep_last
         self.keep_first = keep_first
         self.role = role
@@ -95,6 +96,7 @@ class EightSegment(Component):
         self.llm = llm
         self.prompt = prompt
         self.max_input_tokens = max_input_tokens
+        self.compress_system = compress_system
 
     @staticmethod
     def check_params(params: dict[str, object]) -> list[str]:
@@ -140,13 +142,16 @@ class EightSegment(Component):
         costs = (by_message if len(by_message) == len(messages) == len(chunks)  # chunk.messages made them
                  else [message_tokens(m, counter) for m in messages])
         limit = budget if budget is not None else max(1, sum(costs) // 4)
+        messages, costs, system = shorten_system(  # an oversized system prompt, excerpted for the requests
+            messages, costs, limit, counter,
+            enabled=bool(options.get("compress_system", self.compress_system)))
         settings = {"keep_last": int(options.get("keep_last", self.keep_last)),
                     "keep_first": bool(options.get("keep_first", self.keep_first)),
                     "summary_role_tokens": counter.count(summary_role)}
         plan = plan_compaction(messages, costs, limit, **settings)
         data = plan_dict(plan)
         data.update(source_id=source.id, summary_role=summary_role, role=None, method="none",
-                    quality=1.0, tokens=plan.original_tokens, summary=None)
+                    quality=1.0, tokens=plan.original_tokens, summary=None, **system)
         if plan.unchanged:
             return data, [_message_segment(source, i, m, costs[i]) for i, m in enumerate(messages)]
         history = hx.History(messages)
