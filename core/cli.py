@@ -27,6 +27,7 @@ from compactor.pipeline import Pipeline, read_pipeline_text, shipped_pipelines
 from compactor.registry import build_registry
 from compactor.report import html_report
 from compactor.store import Batch, open_store
+from compactor.system_prompt import system_records
 
 DEFAULT_STORE = ".compactor/chunks.sqlite"
 
@@ -75,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --session: print the report context (original chunk text) instead")
     parser.add_argument("--keep-last", type=int, metavar="N",
                         help="conversations: turns kept verbatim at the end (a call with its results is one)")
+    parser.add_argument("--compress-system", action="store_true",
+                        help="conversations: when the system message(s) would take over half the budget, "
+                        "send an excerpt chosen for the opening request (the original stays expandable)")
     parser.add_argument("--role", help="conversations: write the handoff summary of this speaker "
                         "(its name or role)")
     parser.add_argument("--kind", choices=("auto", "coding", "tool", "chat", "meeting"),
@@ -224,10 +228,11 @@ def _main(args: argparse.Namespace) -> int:
     sources = read_paths(args.inputs or ["-"])
     progress = _progress_printer(sys.stderr) if not args.quiet and sys.stderr.isatty() else None
     options = {k: v for k, v in (("keep_last", args.keep_last), ("role", args.role), ("kind", args.kind),
-                                 ("focus", args.focus), ("keep_files", args.keep_files)) if v is not None}
+                                 ("focus", args.focus), ("keep_files", args.keep_files),
+                                 ("compress_system", args.compress_system or None)) if v is not None}
     if options and not conversation:
-        raise ConfigError("--keep-last, --role, --kind, --focus and --keep-files apply to conversation "
-                          "pipelines (compress.eight_segment)")
+        raise ConfigError("--keep-last, --role, --kind, --focus, --keep-files and --compress-system apply "
+                          "to conversation pipelines (compress.eight_segment)")
     if args.keep_last is not None and args.keep_last < 0:
         raise ConfigError("--keep-last must be 0 or more")
     if args.keep_files is not None and args.keep_files < 0:
@@ -240,8 +245,13 @@ def _main(args: argparse.Namespace) -> int:
     context = pipeline.run(inputs, query=args.query, budget=args.budget, output_format=args.format,
                            progress=progress, store=store, session=args.session)
     if store is not None and (args.store or args.session):
+        plans = context.meta.get("conversations") or {}
+        originals = list({o.id: (o, c) for s in context.sources  # system prompts sent as an excerpt
+                          for o, c in system_records(s.messages, plans.get(s.id) or {}, pipeline.counter)
+                          }.values())
         store.commit_batch(args.session or "conversation", Batch(
-            sources=context.sources, chunks=context.chunks, report={"kind": "conversation"}))
+            sources=(*context.sources, *(o for o, _ in originals)),
+            chunks=(*context.chunks, *(c for _, c in originals)), report={"kind": "conversation"}))
     _print_warnings(context, args.quiet)
     fmt = args.format or pipeline.spec.output["format"]
     text = explain(context) if args.explain else (context.output or "")

@@ -113,12 +113,21 @@ def _cost(costs: Sequence[int], unit: Unit) -> int:
 
 def assemble(messages: Sequence[Message], plan: Mapping[str, Any], summary: str | None,
              summary_role: str = "user") -> list[dict[str, Any]]:
-    """The message list to send: head verbatim, the summary message, tail verbatim."""
+    """The message list to send: head verbatim, the summary message, tail verbatim. A system
+    message the plan shortened (`plan["system"]`: index -> text) goes out with its new text."""
+    replaced = {int(i): str(text) for i, text in (plan.get("system") or {}).items()}
+
+    def copy(i: int) -> dict[str, Any]:
+        data = to_dict(messages[i])
+        if i in replaced:
+            data["content"] = replaced[i]
+        return data
+
     if plan.get("unchanged") or summary is None:
-        return [to_dict(m) for m in messages]
-    out = [to_dict(messages[i]) for i in plan["head"]]
+        return [copy(i) for i in range(len(messages))]
+    out = [copy(i) for i in plan["head"]]
     out.append({"role": summary_role, "content": summary})
-    out.extend(to_dict(messages[i]) for i in plan["tail"])
+    out.extend(copy(i) for i in plan["tail"])
     return out
 
 

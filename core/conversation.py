@@ -32,6 +32,7 @@ from compactor.messages import (
 )
 from compactor.pipeline import Pipeline
 from compactor.store import Batch, ChunkStore, open_store
+from compactor.system_prompt import system_records
 from compactor.tokens import get_counter
 
 EXPAND_TOOL_NAME = "expand_context"
@@ -106,7 +107,8 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
                      llm: Any = None, role: str | None = None, summary_role: str = "user",
                      store: str | ChunkStore | None = None, session: str | None = None,
                      pipeline: str | Pipeline = "conversation", kind: str | None = None,
-                     focus: str | None = None, keep_files: int = 0) -> CompactedMessages:
+                     focus: str | None = None, keep_files: int = 0,
+                     compress_system: bool | None = None) -> CompactedMessages:
     """Compact a message list to at most `budget` tokens (OpenAI's per-message accounting).
 
     `messages`: dicts in the OpenAI chat, legacy-function or content-block format, `Message`s, SDK
@@ -116,9 +118,12 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
     summary. `role`: write the handoff summary of that speaker. `kind`: "coding", "tool", "chat" or
     "meeting" forces the template (default: detected; the result's `report["kind"]` says which).
     `focus`: text whose matches rise in every section ("the refund for order 123"). `keep_files`:
-    coding agents, keep the latest view of that many files worked on last verbatim. Never fails
-    because the history is long; raises `BudgetError` only if the system message alone leaves no
-    room for a summary.
+    coding agents, keep the latest view of that many files worked on last verbatim.
+    `compress_system`: when the system message(s) would take more than half the budget, send an
+    excerpt of them instead, chosen for the history's opening request (stable across compactions;
+    the original is stored for `expand`); None leaves it to the pipeline (`compress.eight_segment`'s
+    `compress_system`, off by default). Never fails because the history is long; without
+    `compress_system`, raises `BudgetError` if the system message alone leaves no room for a summary.
     """
     if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
         raise InputError(f"budget must be a positive number of tokens, not {budget!r}")
@@ -138,6 +143,8 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
     llm_settings = llm_mapping(llm)
     options = {"keep_last": keep_last, "role": role, "summary_role": summary_role,
                "llm": llm_settings is not None, "kind": kind, "focus": focus, "keep_files": keep_files}
+    if compress_system is not None:
+        options["compress_system"] = bool(compress_system)
     context = Context(sources=(source,), budget=Budget(max_tokens=budget),
                       meta=frozen_mapping({"conversation_options": options}))
     result = runner.run(context, output_format="messages", store=target, session=session_id,
@@ -152,9 +159,12 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
     if [c.units for c in chunks] != [(i, i + 1) for i in range(len(parsed))]:  # not chunk.messages' work
         chunks = message_chunks(source, counter)
     dropped_chunks = [c for c in chunks if c.index in dropped]
-    if dropped_chunks:  # only what left the window: an agent compacting every turn stores each message once
-        target.commit_batch(session_id, Batch(sources=(source,), chunks=dropped_chunks,
-                                              report={"kind": "conversation", "tokens": plan.get("tokens")}))
+    originals = system_records(parsed, plan, counter)  # system messages sent as an excerpt
+    if dropped_chunks or originals:  # only what left the window: each message is stored once
+        target.commit_batch(session_id, Batch(
+            sources=(source, *(s for s, _ in originals)),
+            chunks=[*dropped_chunks, *(c for _, c in originals)],
+            report={"kind": "conversation", "tokens": plan.get("tokens")}))
     report = {**plan, "source_id": source.id, "dropped_ids": [c.id for c in dropped_chunks],
               "output_tokens": plan["tokens"],
               "steps": [{"step": r.step, "tokens_in": r.tokens_in, "tokens_out": r.tokens_out,

@@ -38,6 +38,7 @@ from compactor.plugins.llm_fallback import fill, template_for
 from compactor.plugins.llm_guard import Request, complete_guarded
 from compactor.plugins.textstats import terms
 from compactor.run import Run
+from compactor.system_prompt import shorten_system
 from compactor.tokens import TokenCounter
 
 SECTIONS: tuple[tuple[str, str, str], ...] = (
@@ -85,7 +86,7 @@ class EightSegment(Component):
     """Compacts agent histories into the 8 sections (+ Optional Next Step) and verbatim head/tail turns.
 
     Run options in `context.meta["conversation_options"]` (what `compact_messages` and the CLI pass)
-    override the parameters: keep_last, role, summary_role, llm, kind, focus.
+    override the parameters: keep_last, role, summary_role, llm, kind, focus, keep_files, compress_system.
 
     `kind` (auto: detected, `conversation_kinds.detect_kind`) picks the template: the eight sections
     for coding and tool-using agents, the people template (`chat_summary`) for chats and meetings.
@@ -104,7 +105,7 @@ class EightSegment(Component):
                  max_input_tokens: int = 12000,
                  kind: Literal["auto", "coding", "tool", "chat", "meeting"] = "auto",
                  focus: str | None = None, share: float = 1.0, keep_files: int = 0,
-                 files_share: float = 0.35) -> None:
+                 files_share: float = 0.35, compress_system: bool = False) -> None:
         self.kind = kind
         self.keep_files = keep_files
         self.files_share = files_share
@@ -119,6 +120,7 @@ class EightSegment(Component):
         self.llm = llm
         self.prompt = prompt
         self.max_input_tokens = max_input_tokens
+        self.compress_system = compress_system
 
     @staticmethod
     def check_params(params: dict[str, object]) -> list[str]:
@@ -179,6 +181,9 @@ class EightSegment(Component):
         costs = (by_message if len(by_message) == len(messages) == len(chunks)  # chunk.messages made them
                  else [message_tokens(m, counter) for m in messages])
         limit = budget if budget is not None else max(1, sum(costs) // 4)
+        messages, costs, system = shorten_system(  # an oversized system prompt, excerpted for the requests
+            messages, costs, limit, counter,
+            enabled=bool(options.get("compress_system", self.compress_system)))
         settings: dict[str, Any] = {"keep_last": int(options.get("keep_last", self.keep_last)),
                                     "keep_first": bool(options.get("keep_first", self.keep_first)),
                                     "summary_role_tokens": counter.count(summary_role)}
@@ -193,7 +198,7 @@ class EightSegment(Component):
                                **({"tail_share": PEOPLE_TAIL_SHARE} if people else {}))
         data = plan_dict(plan)
         data.update(source_id=source.id, summary_role=summary_role, role=None, method="none",
-                    quality=1.0, tokens=plan.original_tokens, summary=None, kind=kind)
+                    quality=1.0, tokens=plan.original_tokens, summary=None, kind=kind, **system)
         if plan.unchanged or history is None:
             return data, [_message_segment(source, i, m, costs[i]) for i, m in enumerate(messages)]
         role = options.get("role", self.role)
