@@ -196,9 +196,12 @@ class EightSegment(Component):
         people = kind not in AGENT_KINDS and kind != "auto"
         plan = plan_compaction(messages, costs, limit, **settings,
                                **({"tail_share": PEOPLE_TAIL_SHARE} if people else {}))
+        saved = sum(before - after for before, after in (system.get("system_tokens") or {}).values())
+        if saved:  # the original's size is what the history cost before its system prompt was cut
+            plan = dataclasses.replace(plan, original_tokens=plan.original_tokens + saved)
         data = plan_dict(plan)
         data.update(source_id=source.id, summary_role=summary_role, role=None, method="none",
-                    quality=1.0, tokens=plan.original_tokens, summary=None, kind=kind, **system)
+                    quality=1.0, tokens=plan.original_tokens - saved, summary=None, kind=kind, **system)
         if plan.unchanged or history is None:
             return data, [_message_segment(source, i, m, costs[i]) for i, m in enumerate(messages)]
         role = options.get("role", self.role)
@@ -225,6 +228,7 @@ class EightSegment(Component):
             # a small room: a summary may hold less than the turns it replaces; keep the plan that
             # leaves more of the history's key signals readable
             verbatim = plan_compaction(messages, costs, limit, tail_share=1.0, **settings)
+            verbatim = dataclasses.replace(verbatim, original_tokens=verbatim.original_tokens + saved)
             if verbatim.tail != plan.tail:
                 alternative = self._draft(history, source, verbatim, costs, counter, role, weights, focus)
                 scope = [i for i in range(len(messages)) if i not in plan.head]
@@ -239,7 +243,7 @@ class EightSegment(Component):
             if refined is not None:
                 draft = refined
         dropped = set(plan.dropped)
-        total = (plan.original_tokens - sum(costs[i] for i in plan.dropped)
+        total = (plan.original_tokens - saved - sum(costs[i] for i in plan.dropped)
                  + message_tokens(Message(role=summary_role, content=draft.text), counter))
         data.update(summary=draft.text, method=draft.method, quality=round(draft.quality, 3),
                     tokens=total, role=role or _main_role(history),
