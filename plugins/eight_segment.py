@@ -378,19 +378,23 @@ class _Allocation:
                     self.shows[key, j, short] = tuple(sorted((keys & single).union(
                         v for v, runs in spans if runs <= keys
                         and hx.contains_value(lowered if v.islower() else text, words, v))))
-                    self.said[key, j, short] = max(1, sum(1 for w in keys
-                                                          if len(w) > 2 and not _CITATION.fullmatch(w)))
+                    self.said[key, j, short] = max(1, sum(1 for w in keys if len(w) > 2 and not (
+                        w[0] == "m" and w[1:].isdigit())))  # a citation `m12` is no word of the line
         self.order = {key: rank for rank, key in enumerate(pools)}
+        self.own: dict[tuple[str, int, bool], float] = {}  # a line's own value, short or full
+        for key, items in pools.items():
+            for j, it in enumerate(items):
+                for short in (False, True) if it.short else (False,):
+                    self.own[key, j, short] = 0.0 if it.inline else WEIGHTS.get(key, 0.1) * it.priority * (
+                        min(1.0, self.said[key, j, True] / self.said[key, j, False]) if short else 1.0)
 
     def gain(self, key: str, j: int, short: bool, covered: set[str], opened: set[str]) -> float:
         """Value per token of an option, given the values already shown and the sections begun."""
-        item = self.pools[key][j]
-        cost = self.costs[key][j][1 if short else 0]
-        own = 0.0 if item.inline else WEIGHTS.get(key, 0.1) * item.priority * (
-            min(1.0, self.said[key, j, True] / self.said[key, j, False]) if short else 1.0)
-        value = own + sum(self.worth[v] for v in self.shows[key, j, short] if v not in covered)
+        worth = self.worth
+        value = self.own[key, j, short] + sum(worth[v] for v in self.shows[key, j, short] if v not in covered)
         # a list of values shares its heading: its first value does not pay for it alone
-        return value / max(1, cost + (0 if key in opened or item.inline else self.heads[key]))
+        head = 0 if key in opened or self.pools[key][j].inline else self.heads[key]
+        return value / max(1, self.costs[key][j][1 if short else 0] + head)
 
     def choose(self, room: int, fair: float = 0.5) -> dict[str, list[hx.Item]]:
         pools, costs, heads, shows = self.pools, self.costs, self.heads, self.shows
@@ -469,9 +473,6 @@ class _Allocation:
                 item = replace(item, text=item.short or item.text, short=None)
             chosen.setdefault(key, []).append(item)
         return chosen
-
-
-_CITATION = regex.compile(r"m\d+")
 
 
 def _drop_weakest(chosen: dict[str, list[hx.Item]]) -> None:

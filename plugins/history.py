@@ -716,6 +716,7 @@ def current_items(history: History, dropped: Sequence[int], turns: int = 3) -> l
     return items
 
 
+@functools.lru_cache(maxsize=65536)
 def value_key(token: str) -> str:
     """How values are told apart: `Economy` and `economy` are one, `MIA` and `Mia` are two."""
     return token.lower() if token[1:] == token[1:].lower() else token
@@ -770,32 +771,15 @@ def identifier_scores(history: History, dropped: Sequence[int]) -> list[tuple[st
     cache_key = ("identifiers", tuple(dropped))
     if cache_key in history.cache:
         return history.cache[cache_key]  # type: ignore[no-any-return]
-    texts: list[tuple[int, str, str, list[tuple[str, str]] | None]] = []
-    structured: set[str] = set()
-    for i in dropped:
-        kind = history.kinds[i]
-        if kind in ("system", "summary"):  # a summary's identifiers come back as carried lines
-            continue
-        content = history.messages[i].content
-        if kind == "output" and len(content) > 4000:  # long tool output: its head and tail matter most
-            content = content[:3000] + "\n" + content[-1000:]
-        for label, text in [(kind, content)] + [("call", c.arguments) for c in calls(history.messages[i])]:
-            fields = json_fields(text)
-            if fields is not None:
-                structured.update(v.lower() for v, _ in fields)
-            texts.append((i, label, text, fields))
+    parts = [(i, part) for i in dropped if history.kinds[i] not in ("system", "summary")
+             for part in _message_values(history, i)]  # a summary's identifiers come back as carried lines
+    structured = {v.lower() for _, (_, found, _, is_json) in parts if is_json for v in found}
     seen: dict[str, Counter[str]] = defaultdict(Counter)  # messages per kind of evidence
     where: dict[str, list[int]] = defaultdict(list)
     display: dict[str, str] = {}
-    for i, label, text, fields in texts:
-        found: dict[str, str] = {}
-        if fields is not None:
-            for value, place in fields:  # the strongest place a value holds in the document
-                found[value] = max(found.get(value, ""), place, key=_PLACES.index)
-        else:
-            found = dict.fromkeys(_identifiers(text, prose=label in ("user", "assistant")), "")
-            if structured and label in ("user", "assistant"):
-                found.update((w, "") for w in _WORDS.findall(text) if w.lower() in structured)
+    for i, (label, found, prose, _) in parts:
+        if structured and prose:  # a word of prose that a tool returned as a value
+            found = {**found, **{w: "" for w in _WORDS.findall(prose) if w.lower() in structured}}
         for token in sorted(found):  # sorted: the same output in every process
             key = value_key(token)
             display.setdefault(key, token)
@@ -819,6 +803,31 @@ def identifier_scores(history: History, dropped: Sequence[int]) -> list[tuple[st
     ranked.sort(key=lambda entry: -entry[2])
     history.cache[cache_key] = ranked
     return ranked
+
+
+def _message_values(history: History, i: int) -> list[tuple[str, dict[str, str], str, bool]]:
+    """The values of message `i` and of its tool calls' arguments, read once per history: (label,
+    value -> place in a JSON document, the text when it is prose, whether it is JSON) per part."""
+    cache_key = ("values", i)
+    if cache_key in history.cache:
+        return history.cache[cache_key]  # type: ignore[no-any-return]
+    kind = history.kinds[i]
+    content = history.messages[i].content
+    if kind == "output" and len(content) > 4000:  # long tool output: its head and tail matter most
+        content = content[:3000] + "\n" + content[-1000:]
+    parts = []
+    for label, text in [(kind, content)] + [("call", c.arguments) for c in calls(history.messages[i])]:
+        fields = json_fields(text)
+        prose = label in ("user", "assistant")
+        found: dict[str, str] = {}
+        if fields is not None:
+            for value, place in fields:  # the strongest place a value holds in the document
+                found[value] = max(found.get(value, ""), place, key=_PLACES.index)
+        else:
+            found = dict.fromkeys(_identifiers(text, prose=prose), "")
+        parts.append((label, found, text if prose and fields is None else "", fields is not None))
+    history.cache[cache_key] = parts
+    return parts
 
 
 #: How strongly each kind of occurrence says a value is needed again: a person said it, the agent
