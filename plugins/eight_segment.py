@@ -18,9 +18,10 @@ the rule draft and is used only if it keeps the headings, fits and invents nothi
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import regex
@@ -327,30 +328,50 @@ class EightSegment(Component):
         visible = [i for i in dropped if role is None or history.kinds[i] in ("user", "system")
                    or history.speakers[i] == role
                    or (history.kinds[i] == "output" and _answers_role(history, i, role))]
-        kept_text = "\n".join(history.messages[i].content for i in (*head, *tail))
+        kept_text = hx.verbatim_text(history, (*head, *tail))
         pools = reweigh(self._candidates(history, visible, head, tail, kept_text), weights or {}, focus)
         tight = allowance < TIGHT
         earlier = earlier_ids(history, dropped)  # reachable through the dropped summary in any case
         marker = (short_marker(source.id, dropped) if tight
                   else _marker(source.id, dropped, len(history.messages), earlier[-MAX_EARLIER:], zh))
-        meta_reserve = 22 if tight else 34
-        room = allowance - counter.count(marker) - meta_reserve - 2
-        chosen = allocate(pools, max(0, room), counter, zh)
-        while True:
+        label = role or _main_role(history)
+        # under a tight allowance the metadata joins the marker line, without what it can spare
+        # (the ratio follows from the two counts; the role when it is the usual one)
+        own_role = f", role {label}" if label != "assistant" else ""
+
+        def metadata(compressed: int, quality: float) -> str:
+            """The metadata block, or under a tight allowance its short form for the marker line."""
+            if tight:
+                return f"({original_tokens}→{compressed} tokens, quality {quality:.2f}{own_role})"
+            return _metadata(original_tokens, compressed, quality, label, zh)
+
+        def render(chosen: dict[str, list[hx.Item]]) -> tuple[str, dict[str, str], tuple[int, ...],
+                                                               float, str]:
+            """The summary text, its sections, cited messages, quality and metadata line."""
             sections = render_sections(chosen, zh)
             body = "\n\n".join(sections[k] for k, _, _ in SECTIONS if k in sections)
             cited = tuple(sorted({m for items in chosen.values() for it in items for m in it.messages}))
             quality = quality_score(history, dropped, body, kept_text)
-            label = role or _main_role(history)
-            meta = _metadata(original_tokens, allowance, quality, label, zh, tight)
-            draft = _frame(marker, body, meta, tight)
-            compressed = kept_tokens + counter.count(draft) + TOKENS_PER_MESSAGE + 1
-            meta = _metadata(original_tokens, compressed, quality, label, zh, tight)
-            text = _frame(marker, body, meta, tight)
-            first, last = (f"{marker} {meta}", "") if tight else (marker, meta)
-            if counter.count(text) <= allowance or not any(chosen.values()):
-                break
+            draft = _frame(marker, body, metadata(allowance, quality), tight)
+            meta = metadata(kept_tokens + counter.count(draft) + TOKENS_PER_MESSAGE + 1, quality)
+            return _frame(marker, body, meta, tight), sections, cited, quality, meta
+
+        meta_reserve = 14 + counter.count(own_role) if tight else 34
+        room = max(0, allowance - counter.count(marker) - meta_reserve - 2)
+        allocation = _Allocation(pools, counter, zh)
+        chosen = allocation.choose(room)
+        text, sections, cited, quality, meta = render(chosen)
+        spare = allowance - counter.count(text)
+        if spare >= max(6, room // 50):  # the estimate left room worth another pick: use it
+            more = allocation.choose(room + spare - 2)
+            fuller = render(more)
+            if counter.count(fuller[0]) <= allowance:
+                chosen = more
+                text, sections, cited, quality, meta = fuller
+        while counter.count(text) > allowance and any(chosen.values()):
             _drop_weakest(chosen)
+            text, sections, cited, quality, meta = render(chosen)
+        first, last = (f"{marker} {meta}", "") if tight else (marker, meta)
         if counter.count(text) > allowance:  # the marker alone; the short one always fits
             short = short_marker(source.id, dropped)
             text = marker if counter.count(marker) <= allowance else short
@@ -522,65 +543,148 @@ def allocate(pools: Mapping[str, list[hx.Item]], room: int, counter: TokenCounte
     """Pick items per section in two passes. First a fair share (`fair` of the room) is water-filled
     by section weight up to each section's demand, and each section fills its share best-first; then
     the rest of the room goes to the remaining items anywhere, by value per token (so a tight budget
-    favours dense lines: identifiers, short quotes)."""
-    heads = {k: counter.count(f"## {_title(k, zh)}\n") + 2 for k in pools}
-    costs: dict[str, list[tuple[int, int]]] = {}
-    for key, items in pools.items():
-        full = counter.count_many([_cost_texts(it) for it in items])
-        short = counter.count_many([_cost_texts(it, True) if it.short else "" for it in items])
-        costs[key] = [(f, s if it.short else f) for it, f, s in zip(items, full, short, strict=True)]
-    demand = {k: heads[k] + sum(c[0] for c in costs[k]) for k in pools}
-    share: dict[str, float] = {}
-    active = [k for k in pools if demand[k] > 0]
-    remaining = float(room) * fair
-    while active:
-        weight = sum(WEIGHTS.get(k, 0.1) for k in active)
-        offer = {k: remaining * WEIGHTS.get(k, 0.1) / weight for k in active}
-        met = [k for k in active if demand[k] <= offer[k]]
-        if not met:
-            share.update(offer)
-            break
-        for k in met:
-            share[k] = demand[k]
-            remaining -= demand[k]
-            active.remove(k)
-    chosen: dict[str, list[hx.Item]] = {k: [] for k in pools}
-    shortened: set[int] = set()
-    spent = 0
-    left: list[tuple[float, str, int]] = []
-    for key, items in pools.items():
-        allowance = share.get(key, 0.0) - heads[key]
-        used = 0
-        for j in sorted(range(len(items)), key=lambda j: -items[j].priority):
-            full, short = costs[key][j]
-            if used + full <= allowance:
-                chosen[key].append(items[j])
-                used += full
-            elif items[j].short and used + short <= allowance:
-                chosen[key].append(items[j])
-                shortened.add(id(items[j]))
-                used += short
-            else:
-                left.append((WEIGHTS.get(key, 0.1) * items[j].priority / max(1, costs[key][j][1]), key, j))
-        spent += used + (heads[key] if chosen[key] else 0)
-    budget_left = room - spent
-    for _, key, j in sorted(left, reverse=True):
-        item = pools[key][j]
-        full, short = costs[key][j]
-        extra = 0 if chosen[key] else heads[key]
-        if full + extra <= budget_left:
-            budget_left -= full + extra
-        elif item.short and short + extra <= budget_left:
-            budget_left -= short + extra
-            shortened.add(id(item))
-        else:
-            continue
-        chosen[key].append(item)
-    for items in chosen.values():
-        for item in items:
-            if id(item) in shortened:
-                item.text, item.short = item.short or item.text, None
-    return {k: v for k, v in chosen.items() if v}
+    favours dense lines: identifiers, short quotes).
+
+    A line's value is its own (section weight x priority) plus the values it shows that nothing
+    chosen shows yet (the inline identifiers it contains), so a line that repeats listed values is
+    worth only what it adds, and a listed value that a chosen line shows is dropped again (its room
+    goes back to the pool). A short form is worth the share of the line's distinct words it keeps."""
+    return _Allocation(pools, counter, zh).choose(room, fair)
+
+
+class _Allocation:
+    """What `allocate` needs to know of the candidates, counted once for any number of rooms: each
+    one's cost (full and short), the values it shows, and how much of a line its short form keeps."""
+
+    def __init__(self, pools: Mapping[str, list[hx.Item]], counter: TokenCounter, zh: bool) -> None:
+        self.pools = pools
+        self.heads = {k: counter.count(f"## {_title(k, zh)}\n") + 2 for k in pools}
+        self.costs: dict[str, list[tuple[int, int]]] = {}
+        for key, items in pools.items():
+            # a listed value costs itself and a comma (its space joins the next value's first token)
+            full = counter.count_many([f" {it.text}," if it.inline else _cost_texts(it) for it in items])
+            short = counter.count_many([_cost_texts(it, True) if it.short else "" for it in items])
+            self.costs[key] = [(f, s if it.short else f) for it, f, s in zip(items, full, short, strict=True)]
+        # the values lines can show: every inline item, worth its section weight x priority
+        self.worth: dict[str, float] = {}
+        for key, items in pools.items():
+            for it in items:
+                if it.inline:
+                    value = hx.value_key(it.text)
+                    self.worth[value] = max(self.worth.get(value, 0.0), WEIGHTS.get(key, 0.1) * it.priority)
+        single = {v for v in self.worth if hx.WORD_RUN.fullmatch(v)}  # found by word, the rest by search
+        spans = [(v, frozenset(map(hx.value_key, hx.WORD_RUN.findall(v)))) for v in self.worth
+                 if v not in single]
+        self.shows: dict[tuple[str, int, bool], tuple[str, ...]] = {}  # sorted: the same sums everywhere
+        self.said: dict[tuple[str, int, bool], int] = {}  # distinct words: what a short form keeps
+        for key, items in pools.items():
+            for j, it in enumerate(items):
+                if it.inline:
+                    self.shows[key, j, False] = self.shows[key, j, True] = (hx.value_key(it.text),)
+                    continue
+                for short in (False, True) if it.short else (False,):
+                    text = (it.short if short else it.text) or ""
+                    lowered = text.lower()
+                    words = set(hx.WORD_RUN.findall(text))
+                    keys = set(map(hx.value_key, words))
+                    self.shows[key, j, short] = tuple(sorted((keys & single).union(
+                        v for v, runs in spans if runs <= keys
+                        and hx.contains_value(lowered if v.islower() else text, words, v))))
+                    self.said[key, j, short] = max(1, sum(1 for w in keys if len(w) > 2 and not (
+                        w[0] == "m" and w[1:].isdigit())))  # a citation `m12` is no word of the line
+        self.order = {key: rank for rank, key in enumerate(pools)}
+        self.own: dict[tuple[str, int, bool], float] = {}  # a line's own value, short or full
+        for key, items in pools.items():
+            for j, it in enumerate(items):
+                for short in (False, True) if it.short else (False,):
+                    self.own[key, j, short] = 0.0 if it.inline else WEIGHTS.get(key, 0.1) * it.priority * (
+                        min(1.0, self.said[key, j, True] / self.said[key, j, False]) if short else 1.0)
+
+    def gain(self, key: str, j: int, short: bool, covered: set[str], opened: set[str]) -> float:
+        """Value per token of an option, given the values already shown and the sections begun."""
+        worth = self.worth
+        value = self.own[key, j, short] + sum(worth[v] for v in self.shows[key, j, short] if v not in covered)
+        # a list of values shares its heading: its first value does not pay for it alone
+        head = 0 if key in opened or self.pools[key][j].inline else self.heads[key]
+        return value / max(1, self.costs[key][j][1 if short else 0] + head)
+
+    def choose(self, room: int, fair: float = 0.5) -> dict[str, list[hx.Item]]:
+        pools, costs, heads, shows = self.pools, self.costs, self.heads, self.shows
+        demand = {k: heads[k] + sum(c[0] for c in costs[k]) for k in pools}
+        share: dict[str, float] = {}
+        active = [k for k in pools if demand[k] > 0]
+        remaining = float(room) * fair
+        while active:
+            weight = sum(WEIGHTS.get(k, 0.1) for k in active)
+            offer = {k: remaining * WEIGHTS.get(k, 0.1) / weight for k in active}
+            met = [k for k in active if demand[k] <= offer[k]]
+            if not met:
+                share.update(offer)
+                break
+            for k in met:
+                share[k] = demand[k]
+                remaining -= demand[k]
+                active.remove(k)
+        picked: dict[tuple[str, int], bool] = {}  # (section, index) -> shortened
+        opened: set[str] = set()
+        spent = 0
+        for key, items in pools.items():
+            allowance = share.get(key, 0.0) - heads[key]
+            used = 0
+            for j in sorted(range(len(items)), key=lambda j: -items[j].priority):
+                full, short = costs[key][j]
+                if used + full <= allowance:
+                    picked[key, j] = False
+                    used += full
+                elif items[j].short and used + short <= allowance:
+                    picked[key, j] = True
+                    used += short
+            if used:
+                opened.add(key)
+                spent += used + heads[key]
+        budget_left = room - spent
+        for _ in range(3):  # fill; drop listed values a chosen line shows; fill the freed room again
+            covered = {v for (key, j), short in picked.items() for v in shows[key, j, short]}
+            heap = [(-self.gain(key, j, short, covered, opened), self.order[key], j, short, key)
+                    for key, items in pools.items() for j in range(len(items)) if (key, j) not in picked
+                    for short in ((False, True) if items[j].short else (False,))]
+            heapq.heapify(heap)
+            while heap:
+                _, rank, j, short, key = heapq.heappop(heap)
+                if (key, j) in picked:
+                    continue
+                current = self.gain(key, j, short, covered, opened)
+                if heap and current < -heap[0][0] - 1e-12:  # stale: back in line with its real gain
+                    heapq.heappush(heap, (-current, rank, j, short, key))
+                    continue
+                if current <= 0:
+                    break
+                cost = costs[key][j][1 if short else 0] + (0 if key in opened else heads[key])
+                if cost > budget_left:
+                    continue
+                picked[key, j] = short
+                budget_left -= cost
+                opened.add(key)
+                covered.update(shows[key, j, short])
+            lines = {v for (key, j), short in picked.items() if not pools[key][j].inline
+                     for v in shows[key, j, short]}
+            redundant = [(key, j) for (key, j) in picked if pools[key][j].inline
+                         and hx.value_key(pools[key][j].text) in lines]
+            if not redundant:
+                break
+            for key, j in redundant:
+                del picked[key, j]
+                budget_left += costs[key][j][0]
+                if not any(k == key for k, _ in picked):
+                    budget_left += heads[key]
+                    opened.discard(key)
+        chosen: dict[str, list[hx.Item]] = {}
+        for (key, j), short in sorted(picked.items(), key=lambda pick: (self.order[pick[0][0]], pick[0][1])):
+            item = pools[key][j]
+            if short:  # a copy: the pools stay as they were for another allocation
+                item = replace(item, text=item.short or item.text, short=None)
+            chosen.setdefault(key, []).append(item)
+        return chosen
 
 
 def _drop_weakest(chosen: dict[str, list[hx.Item]]) -> None:

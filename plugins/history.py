@@ -115,9 +115,10 @@ _IDENT = re.compile(
     r"[A-Z]{2,}[A-Z0-9]*)\b")
 _NUMBER = re.compile(r"[\d.,:+ -]+")
 _WORDS = regex.compile(r"[\w@.+-]*\w")
+WORD_RUN = regex.compile(r"\w+")
 _STOP_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "ok", "the", "and", "available",
                           "error", "success", "active", "pending"})
-_PROSE_NUMBER = regex.compile(r"(?<![\w.$:-])\d{3,}(?:[.,]\d+)?(?![\w%.:-]|\.\d)")
+_PROSE_NUMBER = regex.compile(r"(?<![\w.$:-])(?<!\d,)\d{3,}(?:[.,]\d+)?(?![\w%.:-]|\.\d)")
 _CODE_SHAPE = regex.compile(r"(?=.*\d)(?=.*[A-Za-z])|_|^\d{4}-\d{2}-\d{2}|@")
 _COMMON_DOTTED = frozenset({"e.g", "i.e", "etc", "vs", "a.m", "p.m"})
 _COMMON_CAPS = frozenset({"OK", "THOUGHT", "DISCUSSION", "COMMAND", "ISSUE", "PR", "API", "URL", "ID", "EST",
@@ -715,81 +716,149 @@ def current_items(history: History, dropped: Sequence[int], turns: int = 3) -> l
     return items
 
 
+@functools.lru_cache(maxsize=65536)
+def value_key(token: str) -> str:
+    """How values are told apart: `Economy` and `economy` are one, `MIA` and `Mia` are two."""
+    return token.lower() if token[1:] == token[1:].lower() else token
+
+
+def contains_value(text: str, words: set[str], key: str) -> bool:
+    """Whether `text` (its `\\w+` runs in `words`) holds `key` as a whole value: `sea` is not in
+    "seattle", nor `mia` in "mia_li_3668"."""
+    if WORD_RUN.fullmatch(key):
+        return key in words
+    start = text.find(key)
+    while start >= 0:
+        end = start + len(key)
+        if not (start and text[start - 1].isalnum() and key[0].isalnum()) and not (
+                end < len(text) and text[end].isalnum() and key[-1].isalnum()):
+            return True
+        start = text.find(key, start + 1)
+    return False
+
+
+def verbatim_text(history: History, indices: Iterable[int]) -> str:
+    """What the verbatim messages show a reader: their text and their tool calls' arguments."""
+    parts = []
+    for i in indices:
+        message = history.messages[i]
+        parts.append(message.content)
+        parts.extend(f"{call.name} {call.arguments}" for call in calls(message))
+    return "\n".join(parts)
+
+
 def identifier_items(history: History, dropped: Sequence[int], kept_text: str) -> list[Item]:
     """Names and values the dropped turns rely on (ids, codes, dates, amounts, names, symbols), ranked
-    by how many kinds of message cross-reference them: said by a person, passed to a tool, returned
-    by one. A word of prose counts when a tool returned it as a value (a name, a cabin class).
-    Values already in `kept_text` (the verbatim messages) are left out."""
-    kept = kept_text.lower()
+    by how likely a later turn needs them (`identifier_scores`: said by a person, passed to a tool,
+    returned by one). A word of prose counts when a tool returned it as a value (a name, a cabin
+    class). Values already in `kept_text` (the verbatim messages) are left out."""
+    words = set(WORD_RUN.findall(kept_text))  # in its own case: `Mia` is not `MIA`
     return [Item(token, where, priority, first, inline=True)
-            for key, token, priority, first, where in identifier_scores(history, dropped)
-            if key not in kept][:150]
+            for _, token, priority, first, where in identifier_scores(history, dropped)
+            if not contains_value(kept_text, words, token)][:150]
 
 
 def identifier_scores(history: History, dropped: Sequence[int]) -> list[tuple[str, str, float, int,
                                                                               tuple[int, ...]]]:
     """(key, display, priority, first message, last messages) per identifier, best first; computed
-    once per history and range."""
+    once per history and range.
+
+    The priority estimates how likely a later turn needs the value back, from where it occurred: a
+    person said it or the agent passed it to a tool (the strongest evidence), the agent mentioned it,
+    or a tool returned it, as a reference (under an id-like key, in a list of ids, as a record's key)
+    or as an attribute. The shape scales it: a code, id or date cannot be guessed back, while a
+    bare number or a plain word means little without its label."""
     cache_key = ("identifiers", tuple(dropped))
     if cache_key in history.cache:
         return history.cache[cache_key]  # type: ignore[no-any-return]
-    weights = {"user": 3.0, "assistant": 2.0, "call": 3.0, "output": 0.6}
-    texts: list[tuple[int, str, str, list[str] | None]] = []
-    structured: set[str] = set()
-    for i in dropped:
-        kind = history.kinds[i]
-        if kind in ("system", "summary"):  # a summary's identifiers come back as carried lines
-            continue
-        content = history.messages[i].content
-        if kind == "output" and len(content) > 4000:  # long tool output: its head and tail matter most
-            content = content[:3000] + "\n" + content[-1000:]
-        for label, text in [(kind, content)] + [("call", c.arguments) for c in calls(history.messages[i])]:
-            values = json_values(text)
-            if values is not None:
-                structured.update(v.lower() for v in values)
-            texts.append((i, label, text, values))
-    score: dict[str, float] = defaultdict(float)
-    kinds: dict[str, set[str]] = defaultdict(set)
+    parts = [(i, part) for i in dropped if history.kinds[i] not in ("system", "summary")
+             for part in _message_values(history, i)]  # a summary's identifiers come back as carried lines
+    structured = {v.lower() for _, (_, found, _, is_json) in parts if is_json for v in found}
+    seen: dict[str, Counter[str]] = defaultdict(Counter)  # messages per kind of evidence
     where: dict[str, list[int]] = defaultdict(list)
     display: dict[str, str] = {}
-    for i, label, text, values in texts:
-        if values is not None:
-            found = set(values)
-        else:
-            found = set(_identifiers(text, prose=label in ("user", "assistant")))
-            if structured and label in ("user", "assistant"):
-                found.update(w for w in _WORDS.findall(text) if w.lower() in structured)
+    for i, (label, found, prose, _) in parts:
+        if structured and prose:  # a word of prose that a tool returned as a value
+            found = {**found, **{w: "" for w in _WORDS.findall(prose) if w.lower() in structured}}
         for token in sorted(found):  # sorted: the same output in every process
-            key = token.lower()
+            key = value_key(token)
             display.setdefault(key, token)
-            first = i not in where[key]
-            if first or label == "call":
-                score[key] += weights[label] * (1.0 if first else 0.5)
-                if first:
-                    where[key].append(i)
-            kinds[key].add(label)
+            evidence = found[token] if label == "output" and found[token] else label
+            seen[key][evidence] += 1
+            if i not in where[key]:
+                where[key].append(i)
     n = max(1, len(history.messages))
     ranked = []
-    for key, value in score.items():
-        if len(key) < 3 or key in _STOP_VALUES:
+    for key, count in seen.items():
+        if len(key) < 3 or key.lower() in _STOP_VALUES:
             continue
-        cross = len(kinds[key])
-        priority = value * (1.0 + 0.5 * (cross - 1)) + where[key][-1] / n
-        if kinds[key] == {"output"} and len(where[key]) < 2:
-            priority *= 0.5
-        if _CODE_SHAPE.search(display[key]):
-            priority *= 1.5  # ids, codes, dates: what an agent cannot guess back
-        elif display[key].islower() or (cross == 1 and _NUMBER.fullmatch(display[key])):
-            priority *= 0.7  # plain words; numbers only one kind of message mentions
-        ranked.append((key, display[key], 0.4 + min(priority, 12) / 6, where[key][0], tuple(where[key][-2:])))
+        miss = 1.0  # the chance that no evidence is right, each kind taken as independent
+        for evidence, chance in _EVIDENCE.items():
+            if count[evidence]:
+                miss *= (1.0 - chance) ** min(count[evidence], 2)  # said again: a little surer
+        miss *= 0.95 ** min(len(where[key]) - 1, 6)  # in many messages: part of what is going on
+        need = (1.0 - miss) * _shape_weight(display[key])
+        priority = 0.05 + 3.0 * need * (0.85 + 0.3 * where[key][-1] / n)  # later: more likely current
+        ranked.append((key, display[key], priority, where[key][0], tuple(where[key][-2:])))
     ranked.sort(key=lambda entry: -entry[2])
     history.cache[cache_key] = ranked
     return ranked
 
 
-def json_values(text: str) -> list[str] | None:
-    """Identifier-like values of a JSON document (its keys are schema, not facts), or None when the
-    text is not JSON."""
+def _message_values(history: History, i: int) -> list[tuple[str, dict[str, str], str, bool]]:
+    """The values of message `i` and of its tool calls' arguments, read once per history: (label,
+    value -> place in a JSON document, the text when it is prose, whether it is JSON) per part."""
+    cache_key = ("values", i)
+    if cache_key in history.cache:
+        return history.cache[cache_key]  # type: ignore[no-any-return]
+    kind = history.kinds[i]
+    content = history.messages[i].content
+    if kind == "output" and len(content) > 4000:  # long tool output: its head and tail matter most
+        content = content[:3000] + "\n" + content[-1000:]
+    parts = []
+    for label, text in [(kind, content)] + [("call", c.arguments) for c in calls(history.messages[i])]:
+        fields = json_fields(text)
+        prose = label in ("user", "assistant")
+        found: dict[str, str] = {}
+        if fields is not None:
+            for value, place in fields:  # the strongest place a value holds in the document
+                found[value] = max(found.get(value, ""), place, key=_PLACES.index)
+        else:
+            found = dict.fromkeys(_identifiers(text, prose=prose), "")
+        parts.append((label, found, text if prose and fields is None else "", fields is not None))
+    history.cache[cache_key] = parts
+    return parts
+
+
+#: How strongly each kind of occurrence says a value is needed again: a person said it, the agent
+#: passed it to a tool, the agent wrote it, a tool returned it as a reference or as an attribute.
+_EVIDENCE = {"user": 0.6, "call": 0.6, "assistant": 0.15, "member": 0.3, "ref": 0.1, "output": 0.03}
+_PLACES = ("", "ref", "member")
+_ID_KEY = regex.compile(r"(?:^|_)(?:ids?|numbers?|no|codes?|keys?|refs?|references?|uuid|sku)$",
+                        regex.IGNORECASE)
+_DATA_KEY = regex.compile(r"\d")  # `{"gift_card_7": {...}}`: a key with a number is a record's id
+_MONEY = regex.compile(r"[$€£¥]\s?\d|\d\s?(?:USD|EUR|GBP|元|美元)$")
+
+
+def _shape_weight(token: str) -> float:
+    """How much a value says on its own: codes, ids, dates and emails fully; short capitals (codes
+    such as airports or tickers) nearly; names less; plain words and bare numbers little."""
+    if _CODE_SHAPE.search(token):
+        return 1.0
+    if _NUMBER.fullmatch(token) or _MONEY.search(token):
+        return 0.35
+    if token.isupper():
+        return 0.8
+    if token[:1].isupper():
+        return 0.7
+    return 0.35
+
+
+def json_fields(text: str) -> list[tuple[str, str]] | None:
+    """Identifier-like values of a JSON document (its keys are schema, not facts), each with its
+    place: "member" of a collection (an item of a list of plain strings, a record's key that looks
+    like an id: `{"gift_card_7": {...}}`), "ref" (under an id-like key such as `flight_number`) or
+    "" (an attribute). None when the text is not JSON."""
     stripped = text.strip()
     if not stripped or stripped[0] not in "[{":
         return None
@@ -797,23 +866,33 @@ def json_values(text: str) -> list[str] | None:
         data = json.loads(stripped)
     except ValueError:
         return None
-    found: list[str] = []
-    stack = [data]
+    found: list[tuple[str, str]] = []
+    stack: list[tuple[object, str]] = [(data, "")]
     while stack and len(found) < 2000:
-        item = stack.pop()
+        item, place = stack.pop()
         if isinstance(item, dict):
-            stack.extend(item.values())
+            for k, v in item.items():
+                if isinstance(v, dict) and _DATA_KEY.search(k) and 2 <= len(k) <= 40:
+                    found.append((k, "member"))
+                stack.append((v, "ref" if _ID_KEY.search(k) else ""))
         elif isinstance(item, list):
-            stack.extend(item)
+            scalars = all(isinstance(v, str) for v in item)
+            stack.extend((v, "member" if scalars else place) for v in item)
         elif isinstance(item, str):
             value = item.strip()
             if 2 <= len(value) <= 40 and len(value.split()) <= 3:
-                found.append(value)
+                found.append((value, place))
             elif len(value) > 40:
-                found.extend(_identifiers(value, prose=False))
+                found.extend((v, "") for v in _identifiers(value, prose=False))
         elif isinstance(item, int | float) and not isinstance(item, bool) and abs(item) >= 10:
-            found.append(str(item))
+            found.append((str(item), place))
     return found
+
+
+def json_values(text: str) -> list[str] | None:
+    """Identifier-like values of a JSON document, or None when the text is not JSON."""
+    fields = json_fields(text)
+    return None if fields is None else [value for value, _ in fields]
 
 
 def _identifiers(text: str, prose: bool) -> list[str]:
@@ -843,7 +922,7 @@ def tool_items(history: History, dropped: Sequence[int]) -> list[Item]:
         if action.index in dropped_set and action.call is not None:
             used[action.name] += 1
             last[action.name] = action.index
-    return [Item(f"{name} ×{count}" if count > 1 else name, (last[name],), 0.5 + min(count, 10) / 10,
+    return [Item(f"{name} ×{count}" if count > 1 else name, (last[name],), 0.3 + min(count, 10) / 20,
                  last[name], inline=True) for name, count in used.most_common(12)]
 
 
