@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -346,33 +346,34 @@ class EightSegment(Component):
             return _metadata(original_tokens, compressed, quality, label, zh)
 
         def render(chosen: dict[str, list[hx.Item]]) -> tuple[str, dict[str, str], tuple[int, ...],
-                                                               float, str]:
-            """The summary text, its sections, cited messages, quality and metadata line."""
+                                                               float, str, int]:
+            """The summary text, its sections, cited messages, quality, metadata line and tokens."""
             sections = render_sections(chosen, zh)
             body = "\n\n".join(sections[k] for k, _, _ in SECTIONS if k in sections)
             cited = tuple(sorted({m for items in chosen.values() for it in items for m in it.messages}))
             quality = quality_score(history, dropped, body, kept_text)
-            draft = _frame(marker, body, metadata(allowance, quality), tight)
-            meta = metadata(kept_tokens + counter.count(draft) + TOKENS_PER_MESSAGE + 1, quality)
-            return _frame(marker, body, meta, tight), sections, cited, quality, meta
+            size = _frame_size(counter, marker, body, tight)  # the body is counted once per draft
+            draft_tokens = size(metadata(allowance, quality))
+            meta = metadata(kept_tokens + draft_tokens + TOKENS_PER_MESSAGE + 1, quality)
+            return _frame(marker, body, meta, tight), sections, cited, quality, meta, size(meta)
 
         meta_reserve = 14 + counter.count(own_role) if tight else 34
         room = max(0, allowance - counter.count(marker) - meta_reserve - 2)
         allocation = _Allocation(pools, counter, zh)
         chosen = allocation.choose(room)
-        text, sections, cited, quality, meta = render(chosen)
-        spare = allowance - counter.count(text)
+        text, sections, cited, quality, meta, tokens = render(chosen)
+        spare = allowance - tokens
         if spare >= max(6, room // 50):  # the estimate left room worth another pick: use it
             more = allocation.choose(room + spare - 2)
             fuller = render(more)
-            if counter.count(fuller[0]) <= allowance:
+            if fuller[5] <= allowance:
                 chosen = more
-                text, sections, cited, quality, meta = fuller
-        while counter.count(text) > allowance and any(chosen.values()):
+                text, sections, cited, quality, meta, tokens = fuller
+        while tokens > allowance and any(chosen.values()):
             _drop_weakest(chosen)
-            text, sections, cited, quality, meta = render(chosen)
+            text, sections, cited, quality, meta, tokens = render(chosen)
         first, last = (f"{marker} {meta}", "") if tight else (marker, meta)
-        if counter.count(text) > allowance:  # the marker alone; the short one always fits
+        if tokens > allowance:  # the marker alone; the short one always fits
             short = short_marker(source.id, dropped)
             text = marker if counter.count(marker) <= allowance else short
             if counter.count(text) > allowance:
@@ -773,6 +774,17 @@ def _metadata(original: int, compressed: int, quality: float, role: str, zh: boo
 def _frame(marker: str, body: str, metadata: str, tight: bool) -> str:
     """Marker, sections, metadata block; under a tight allowance the metadata joins the marker line."""
     return _join(f"{marker} {metadata}", body, "") if tight else _join(marker, body, metadata)
+
+
+def _frame_size(counter: TokenCounter, marker: str, body: str, tight: bool) -> Callable[[str], int]:
+    """`metadata -> counter.count(_frame(marker, body, metadata, tight))`, counting the long part once:
+    the metadata block comes after a blank line and starts with "## ", where no token of the
+    tiktoken encodings (nor of the approximate one) spans, so the two counts add up exactly. Under a
+    tight allowance the metadata shares the marker's line, and the (short) frame is counted whole."""
+    if tight:
+        return lambda metadata: counter.count(_frame(marker, body, metadata, tight))
+    rest = counter.count(_join(marker, body, "") + "\n\n")
+    return lambda metadata: rest + counter.count(metadata)
 
 
 def _join(marker: str, body: str, metadata: str) -> str:

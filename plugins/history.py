@@ -35,6 +35,7 @@ _EXT = (r"py|pyx|pyi|ipynb|js|mjs|cjs|jsx|ts|tsx|json|jsonl|ya?ml|toml|cfg|ini|c
 PATH = regex.compile(
     rf"(?<![\w/.:@-])(?:\.{{1,2}}/|/)?(?:[\w@+-][\w.@+-]*/)*[\w+-][\w.+-]*\.(?:{_EXT})(?![\w/-])",
     regex.IGNORECASE)
+_DOT_LETTER = re.compile(r"\.[A-Za-z]")
 _EXTENSIONS = frozenset(e for e in _EXT.split("|") if "?" not in e) | {"yaml", "yml", "htm", "html"}
 
 
@@ -42,9 +43,15 @@ def find_paths(text: str) -> list[tuple[int, str]]:
     """(offset, path) of every file path in a text: a cheap scan for `name.ext` words, then the
     extension checked against the known ones (faster than one big pattern on long tool output)."""
     found = []
-    for match in _PATHISH.finditer(text):
-        if match.group(1).lower() in _EXTENSIONS and "//" not in match.group(0):
-            found.append((match.start(), match.group(0)))
+    end = 0
+    while (hit := _DOT_LETTER.search(text, end)) is not None:
+        # a path holds ".x" and no line break: scan only the lines that have one
+        start = text.rfind("\n", 0, hit.start()) + 1
+        end = text.find("\n", hit.start())
+        end = len(text) if end < 0 else end
+        for match in _PATHISH.finditer(text, start, end):
+            if match.group(1).lower() in _EXTENSIONS and "//" not in match.group(0):
+                found.append((match.start(), match.group(0)))
     return found
 
 
@@ -55,6 +62,10 @@ _OBSERVATION = regex.compile(
     r"^\s*(?:<returncode>|<output>|observation\s*:|\[File: |tool (?:output|result)\s*:|"
     r"exit code\s*:?\s*-?\d|file updated\.|\$ )|\(Open file: [^\n]*\)\s*\n\(Current directory: |"
     r"bash-\$\s*$", regex.IGNORECASE | regex.MULTILINE)
+#: Literals of which every `_ERROR_LINE` match (and a traceback) holds one.
+_ERROR_WORDS = ("Error", "Exception", "Traceback", "error", "fatal", "failed", "failure", "FAILED",
+                "ERROR", "command not found", "No such file or directory", "Segmentation fault",
+                "错误", "失败", "异常", "报错")
 _OPEN_FILE = re.compile(r"\(Open file: ([^)\n]+)\)|\[File: ([^\s(\]]+)")
 _ERROR_LINE = regex.compile(
     r"\b[A-Z]\w*(?:Error|Exception)\b(?::|$)|\bTraceback \(most recent call last\)|"
@@ -199,13 +210,16 @@ class History:
             return
         if kind != "assistant":
             return
-        for call in calls(message):
+        made = calls(message)
+        for call in made:
             self._add(Action(i, call.name, f"{call.name}({_short_args(call)})", call=call),
                       call.arguments, call)
-        if not calls(message):
+        if not made:
             for command in _commands(text):
                 first = command.strip().split("\n", 1)[0]
                 self._add(Action(i, first.split(" ", 1)[0][:40], first[:200]), command, None)
+        if "<<<<<<< SEARCH\n" not in text:  # the block's literal: no scan of text without one
+            return
         for match in _SEARCH_REPLACE.finditer(text):
             path = _clean_path(match.group(1).strip("`*: "))
             if PATH.fullmatch(path):
@@ -266,7 +280,10 @@ class History:
         """Attach a tool output to the action it answers and judge whether it failed."""
         text = self.messages[i].content
         target = self._answered(i)
-        error = error_summary(text)
+        # error_summary's patterns all need one of _ERROR_WORDS (or a JSON body): most outputs of a
+        # long history skip its slow scan
+        error = (error_summary(text) if any(w in text for w in _ERROR_WORDS) or text.lstrip().startswith("{")
+                 else None)
         code = _RETURNCODE.search(text[:200])
         failed = bool(error) or bool(code and code.group(1) != "0")
         if code and code.group(1) == "0" and error and "Traceback" not in text:
@@ -276,7 +293,7 @@ class History:
         target.result = i
         target.failed = failed
         target.error = error or (f"exit code {code.group(1)}" if failed and code else None)
-        for path in _DIFF_FILE.findall(text):
+        for path in _DIFF_FILE.findall(text) if "+++ " in text else ():
             path = _clean_path(path)
             if PATH.fullmatch(path):
                 target.writes.append(path)
@@ -305,8 +322,9 @@ class History:
 
 def _commands(text: str) -> list[str]:
     """Commands in an assistant's text: the fenced blocks (the last is usually the action)."""
-    found = [m.group(1) for m in _FENCE.finditer(text)]
-    found += [m.group(1) for m in _XML_COMMAND.finditer(text)]
+    found = [m.group(1) for m in _FENCE.finditer(text)] if "```" in text else []
+    if "<command>" in text:
+        found += [m.group(1) for m in _XML_COMMAND.finditer(text)]
     return [c for c in found if c.strip()][-2:]
 
 
@@ -388,9 +406,9 @@ def sentences_of(text: str, limit: int = 60) -> list[str]:
     return list(_sentences(text)[:limit])
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=16384)  # every message of a long chat: a smaller LRU thrashes on each pass
 def _sentences(text: str) -> tuple[str, ...]:
-    prose = _FENCE.sub(" ", text)
+    prose = _FENCE.sub(" ", text) if "```" in text else text
     spans = split_sentences(prose[:20000])
     found = []
     for start, end in spans[:120]:

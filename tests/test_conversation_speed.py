@@ -1,0 +1,62 @@
+"""The shortcuts that keep history compaction fast give exactly what the plain scans give."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from compactor.document import Message
+from compactor.plugins import eight_segment as es
+from compactor.plugins import history as hx
+from compactor.tokens import ApproximateEncoding, TokenCounter, get_counter
+
+
+def _plain_paths(text: str) -> list[tuple[int, str]]:
+    """`find_paths` as one scan of the whole text (what the line-by-line scan must equal)."""
+    return [(m.start(), m.group(0)) for m in hx._PATHISH.finditer(text)
+            if m.group(1).lower() in hx._EXTENSIONS and "//" not in m.group(0)]
+
+
+def test_find_paths_equals_one_scan_of_the_whole_text() -> None:
+    text = ("Edited src/app/models.py and ./tests/test_models.py.\nnothing here\n"
+            "see http://example.com/x.py and a:b.py, c+d.md, README.md\n"
+            "ends without newline: lib/util.js")
+    found = hx.find_paths(text)
+    assert found == _plain_paths(text)
+    assert [p for _, p in found] == ["src/app/models.py", "./tests/test_models.py", "c+d.md", "README.md",
+                                     "lib/util.js"]
+    rnd = random.Random(7)
+    alphabet = [*"ab./\n :+-@_é漢1", "x.py", ".js", "a:b.py", "//", "\n.py", "+c.md", "文件.py"]
+    for _ in range(3000):
+        text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 24)))
+        assert hx.find_paths(text) == _plain_paths(text), text
+
+
+@pytest.mark.parametrize("output, error", [
+    ("all 12 tests passed\n" * 200, None),
+    ('{"error": "flight not found"}', "error: flight not found"),
+    ("Traceback (most recent call last):\n  File \"a.py\", line 1\nValueError: bad", "ValueError: bad"),
+    ("x = 1\n" * 300 + "bash: foo: command not found", "bash: foo: command not found"),
+])
+def test_tool_output_errors_are_found_with_or_without_the_prefilter(output: str, error: str | None) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "run", "arguments": '{"cmd": "foo"}'}}
+    history = hx.History([Message(role="assistant", content="", tool_calls=(call,)),
+                          Message(role="tool", content=output, tool_call_id="c1")])
+    assert history.kinds == ["assistant", "output"]
+    assert history.actions[0].error == hx.error_summary(history.messages[1].content) == error
+
+
+@pytest.mark.parametrize("counter", [get_counter("cl100k_base"),
+                                     TokenCounter(ApproximateEncoding(), "approximate", exact=False)],
+                         ids=["cl100k", "approximate"])
+@pytest.mark.parametrize("ending", ["(m12)", "done.", "plain words", "trailing spaces   ", "数字 42",
+                                    "中文结尾。", "code `x`\n", "- list item:\n  > quoted"])
+def test_frame_size_counts_what_the_frame_costs(counter: TokenCounter, ending: str) -> None:
+    marker = "[compactor summary] Summary of m1–m9 (of 12). Originals: expand_context(ids=[\"c-0001..0009\"])"
+    body = f"## Primary Request and Intent\n- {ending}\n\n## Current Work\n- {ending}"
+    for tight in (False, True):
+        size = es._frame_size(counter, marker, body, tight)
+        for zh in (False, True):
+            meta = es._metadata(12345, 678, 0.42, "assistant", zh, tight)
+            assert size(meta) == counter.count(es._frame(marker, body, meta, tight))
