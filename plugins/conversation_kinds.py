@@ -66,8 +66,8 @@ def parse_date(value: object) -> dt.date | None:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int | float):
-        seconds = value / 1000 if value > 1e11 else value
-        try:
+        try:  # the division too: an int beyond a float's range overflows there
+            seconds = value / 1000 if value > 1e11 else value
             return dt.datetime.fromtimestamp(seconds, tz=dt.timezone.utc).date()
         except (OverflowError, OSError, ValueError):
             return None
