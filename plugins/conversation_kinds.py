@@ -20,7 +20,7 @@ from typing import Literal
 
 import regex
 
-from compactor.compaction import KINDS
+from compactor.compaction import KINDS, SUMMARY_MARK
 from compactor.plugins import history as hx
 
 Kind = Literal["coding", "tool", "chat", "meeting"]
@@ -57,7 +57,10 @@ _DAY_MONTH = regex.compile(r"(?i)\b(\d{1,2})(?:st|nd|rd|th)?\s+([A-Za-z]{3,9})\.
 _MONTH_DAY = regex.compile(r"(?i)\b([A-Za-z]{3,9})\.?\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b")
 _ZH_DATE = regex.compile(r"(\d{4})年(\d{1,2})月(\d{1,2})[日号]")
 _SLASH = regex.compile(r"(?<!\d)(\d{4})/(\d{1,2})/(\d{1,2})(?!\d)")
-_MARKER = regex.compile(r"(?i)\b(?:session|date|day|conversation|chat|meeting)\b|会话|日期|会议|对话")
+_KEPT_FROM = regex.compile(
+    r"(?:kept verbatim below \(from m\d+\) are from |起的消息日期：)(\d{4}-\d{2}-\d{2})")
+#: A session marker opens with one of these words ("Session 3 - 8 May 2023", "Date: 2023-05-08").
+_MARKER = regex.compile(r"(?i)(?:session|date|day|conversation|chat|meeting)\b|会话|日期|会议|对话|第")
 
 
 def parse_date(value: object) -> dt.date | None:
@@ -97,10 +100,12 @@ def session_dates(messages: Sequence[object]) -> list[dt.date | None]:
     for message in messages:
         raw: Mapping[str, object] = getattr(message, "raw", None) or {}
         found = next((d for d in (parse_date(raw.get(k)) for k in _DATE_KEYS if k in raw) if d), None)
-        if found is None:
-            content = getattr(message, "content", "") or ""
-            if len(content) <= 120 and _MARKER.search(content):
-                found = parse_date(content)
+        content = getattr(message, "content", "") or ""
+        if found is None and content.startswith(SUMMARY_MARK):  # an earlier compaction: the date of
+            latest = _KEPT_FROM.search(content)                    # the turns it kept verbatim after it
+            found = parse_date(latest.group(1)) if latest else None
+        elif found is None and len(content) <= 120 and _MARKER.match(content.strip(" [(#*-")):
+            found = parse_date(content)
         if found is not None:
             current = found
         out.append(current)
@@ -109,15 +114,19 @@ def session_dates(messages: Sequence[object]) -> list[dt.date | None]:
 
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _RELATIVE = regex.compile(
-    r"(?i)\b(?:(?P<yesterday>yesterday)|(?P<today>today|tonight|this morning|this evening)|"
+    r"(?i)\b(?:(?P<before>the day before yesterday)|(?P<after>the day after tomorrow)|"
+    r"(?P<yesterday>yesterday)|(?P<today>today|tonight|this morning|this evening)|"
     r"(?P<tomorrow>tomorrow)|(?P<dir>last|next|this) (?P<unit>week|month|year|weekend|"
     r"monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
     r"(?P<n>\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten) (?P<nunit>day|week|month|year)s? "
-    r"(?P<way>ago|from now|later))\b|"
-    r"(?P<zh>前天|昨天|今天|明天|后天|上周|上个?星期|下周|下个?星期|本周|这周|上个月|下个月|去年|今年|明年)")
+    r"(?P<way>ago|from now)|in (?P<in>\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten) "
+    r"(?P<inunit>day|week|month|year)s?)\b|"
+    r"(?P<zhweek>(?:上|下|这|本)(?:个)?(?:周|星期)[一二三四五六日天])|"
+    r"(?P<zh>大前天|大后天|前天|昨天|今天|明天|后天|上周|上个?星期|下周|下个?星期|本周|这周|上个月|下个月|去年|今年|明年)")
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
             "eight": 8, "nine": 9, "ten": 10}
-_ZH_DAYS = {"前天": -2, "昨天": -1, "今天": 0, "明天": 1, "后天": 2}
+_ZH_DAYS = {"大前天": -3, "前天": -2, "昨天": -1, "今天": 0, "明天": 1, "后天": 2, "大后天": 3}
+_ZH_WEEKDAYS = "一二三四五六日"
 
 
 def _week_of(day: dt.date) -> str:
@@ -131,12 +140,22 @@ def _shift_month(day: dt.date, months: int) -> str:
 
 def _resolve(match: regex.Match[str], day: dt.date) -> str | None:
     g = match.groupdict()
+    if g["before"]:
+        return (day - dt.timedelta(days=2)).isoformat()
+    if g["after"]:
+        return (day + dt.timedelta(days=2)).isoformat()
     if g["yesterday"]:
         return (day - dt.timedelta(days=1)).isoformat()
     if g["today"]:
         return day.isoformat()
     if g["tomorrow"]:
         return (day + dt.timedelta(days=1)).isoformat()
+    if g["zhweek"]:
+        word = g["zhweek"]
+        target = _ZH_WEEKDAYS.index("日" if word[-1] == "天" else word[-1])
+        monday = day - dt.timedelta(days=day.weekday())
+        shift = -7 if word[0] == "上" else 7 if word[0] == "下" else 0
+        return (monday + dt.timedelta(days=shift + target)).isoformat()
     if g["zh"]:
         word = g["zh"]
         if word in _ZH_DAYS:
@@ -159,25 +178,23 @@ def _resolve(match: regex.Match[str], day: dt.date) -> str | None:
         if unit == "year":
             return str(day.year + step)
         target = _WEEKDAYS.index(unit)
-        if step < 0:
-            back = (day.weekday() - target) % 7 or 7
-            return (day - dt.timedelta(days=back)).isoformat()
-        ahead = (target - day.weekday()) % 7 or 7
-        if step > 0 and ahead <= 0:
-            ahead += 7
-        return (day + dt.timedelta(days=ahead if step else (target - day.weekday()))).isoformat()
-    if g["n"]:
-        count = int(g["n"]) if g["n"].isdigit() else _NUMBERS[g["n"].lower()]
-        sign = -1 if g["way"].lower() == "ago" else 1
-        unit = g["nunit"].lower()
-        if unit == "day":
-            return (day + dt.timedelta(days=sign * count)).isoformat()
-        if unit == "week":
-            return _week_of(day + dt.timedelta(days=7 * sign * count))
-        if unit == "month":
-            return _shift_month(day, sign * count)
-        return str(day.year + sign * count)
-    return None
+        if step < 0:  # the latest such day before this one
+            return (day - dt.timedelta(days=(day.weekday() - target) % 7 or 7)).isoformat()
+        ahead = (target - day.weekday()) % 7  # "this Tuesday": the coming one (today if it is Tuesday)
+        return (day + dt.timedelta(days=(ahead or 7) if step > 0 else ahead)).isoformat()
+    count_text, unit, sign = ((g["n"], g["nunit"], -1 if g["way"].lower() == "ago" else 1) if g["n"]
+                              else (g["in"], g["inunit"], 1) if g["in"] else (None, None, 0))
+    if count_text is None or unit is None:
+        return None
+    count = int(count_text) if count_text.isdigit() else _NUMBERS[count_text.lower()]
+    unit = unit.lower()
+    if unit == "day":
+        return (day + dt.timedelta(days=sign * count)).isoformat()
+    if unit == "week":
+        return (day + dt.timedelta(days=7 * sign * count)).isoformat()
+    if unit == "month":
+        return _shift_month(day, sign * count)
+    return str(day.year + sign * count)
 
 
 def resolve_relative(text: str, day: dt.date | None) -> str:
@@ -188,7 +205,10 @@ def resolve_relative(text: str, day: dt.date | None) -> str:
     out: list[str] = []
     last = 0
     for match in _RELATIVE.finditer(text):
-        resolved = _resolve(match, day)
+        try:
+            resolved = _resolve(match, day)
+        except (OverflowError, ValueError):  # past the calendar's ends: leave the words as they are
+            resolved = None
         if resolved is None:
             continue
         out.append(text[last:match.end()])
