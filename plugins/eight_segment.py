@@ -221,6 +221,9 @@ class EightSegment(Component):
             room = dataclasses.replace(plan, summary_tokens=plan.summary_tokens - pinned_cost - heading)
             draft = _pin_files(self._draft(history, source, room, costs, counter, role, weights, focus,
                                            extra_tokens=pinned_cost + heading), pinned, _chinese(history))
+            if counter.count(draft.text) > plan.summary_tokens:  # never over: the sections alone
+                pinned = []
+                draft = self._draft(history, source, plan, costs, counter, role, weights, focus)
         else:
             draft = self._draft(history, source, plan, costs, counter, role, weights, focus)
         lost_latest = any("latest turn" in note for note in plan.notes)

@@ -19,6 +19,7 @@ from compactor.tokens import TokenCounter
 
 #: Commands whose output is (part of) a file's content, not a search over files.
 _VIEW = regex.compile(r"^\s*(?:cat|nl|head|tail|less|more|open|view|sed\s+-n|bat)\b")
+_BACKTICKS = regex.compile(r"`{3,}")
 _VIEW_TOOL = regex.compile(r"(?i)read|view|open|cat|show|get_file|file_content")
 
 
@@ -87,21 +88,30 @@ def render_views(views: Sequence[FileView], room: int, counter: TokenCounter) ->
                 spent += cost
                 continue
             body = text.strip("\n")
-            fence = "````" if "```" in body else "```"
+            fence = "`" * max(3, 1 + max((len(run) for run in _BACKTICKS.findall(body)), default=0))
             block = f"{title}\n{fence}\n{body}\n{fence}"
-            cost = counter.count(block) + 1
+            cost = counter.count(_indent(block)) + 1
             if spent + cost > room:
                 block = _cut(title, body, fence, room - spent - 1, counter)
                 if block is None:
                     break
-                cost = counter.count(block) + 1
+                cost = counter.count(_indent(block)) + 1
             lines_out.append(block)
             spent += cost
         if lines_out:
-            blocks.append("- " + "\n".join(lines_out).replace("\n", "\n  "))
+            blocks.append("- " + _indent("\n".join(lines_out)))
         if spent >= room:
             break
+    spent = counter.count("\n".join(blocks)) + 1 if blocks else 0
+    while blocks and spent > room:  # the estimate was short: the latest-worked file wins
+        blocks.pop()
+        spent = counter.count("\n".join(blocks)) + 1 if blocks else 0
     return blocks, spent
+
+
+def _indent(text: str) -> str:
+    """A block as it sits inside a list item."""
+    return text.replace("\n", "\n  ")
 
 
 def _cut(title: str, body: str, fence: str, room: int, counter: TokenCounter) -> str | None:
@@ -113,7 +123,7 @@ def _cut(title: str, body: str, fence: str, room: int, counter: TokenCounter) ->
         mid = (low + high + 1) // 2
         shown = "\n".join(lines[:mid])
         block = f"{title}\n{fence}\n{shown}\n{fence}\n({len(lines) - mid} more lines: expand the message)"
-        if counter.count(block) <= room:
+        if counter.count(_indent(block)) <= room:
             best, low = block, mid
         else:
             high = mid - 1

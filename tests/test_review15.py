@@ -316,17 +316,12 @@ def test_a_new_fact_enters_a_recompacted_chat() -> None:
 # -- budgets: keep_files, share, compress_system ---------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="render_views counts each block before it is indented by "
-                   "`.replace('\\n', '\\n  ')` and prefixed '- ' (file_memory.py:92, 101); the pinned draft "
-                   "is never re-checked against the allowance (eight_segment.py:215-222, _pin_files)")
 def test_keep_files_stays_within_the_budget() -> None:
     out = compactor.compact_messages(coding_history(20), 600, keep_files=1)
     assert "as last shown" in (out.summary or "")
     assert compactor.count_message_tokens(out) <= 600
 
 
-@pytest.mark.xfail(strict=True, reason="the fence is ```` whenever the body holds ``` (file_memory.py:90): "
-                   "a body with a ```` line closes the block early")
 def test_keep_files_fence_is_longer_than_any_in_the_file() -> None:
     history = coding_history(12)
     body = "# README\nExample:\n````python\nprint('hi')\n````\n" + "\n".join(f"line {i}" for i in range(30))
