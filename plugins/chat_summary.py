@@ -149,7 +149,12 @@ def _prefix(history: hx.History, index: int, dates: Sequence[dt.date | None]) ->
     """A line's start: `- m12, 2023-05-08 Ana: `."""
     day = dates[index] if index < len(dates) else None
     stamp = f", {day.isoformat()}" if day else ""
-    return f"- m{index}{stamp} {history.speakers[index]}: "
+    return f"- m{index}{stamp} {label_of(history.speakers[index])}: "
+
+
+def label_of(name: str) -> str:
+    """A speaker's name on one line (a name cannot open a line or a section of the summary)."""
+    return " ".join(name.split())[:64] or "?"
 
 
 def _piece(i: int, order: int, text: str, cost: int, meeting: bool, weights: Mapping[int, float],
@@ -246,7 +251,7 @@ def people_lines(history: hx.History, head: Sequence[int], zh: bool, limit: int 
     roles: dict[str, str] = {}
     for i, kind in enumerate(history.kinds):
         if kind in ("user", "assistant"):
-            name = history.speakers[i]
+            name = label_of(history.speakers[i])
             turns[name].append(i)
             roles.setdefault(name, history.messages[i].role)
     ranked = sorted(turns, key=lambda name: (-len(turns[name]), turns[name][0]))
@@ -287,9 +292,11 @@ def render(history: hx.History, chosen: Sequence[Piece], people: Sequence[str], 
                 cited.add(index)
                 continue
             parts = sorted(by_section[key][index], key=lambda p: p.order)
+            flat = " ".join(history.messages[index].content.split())
             text = parts[0].text
-            for before, piece in itertools.pairwise(parts):
-                text += (" " if piece.order == before.order + 1 else " … ") + piece.text
+            for before, piece in itertools.pairwise(parts):  # " " only where the message says so
+                adjacent = piece.order == before.order + 1 and f"{before.text} {piece.text}" in flat
+                text += (" " if adjacent else " … ") + piece.text
             lines.append(_prefix(history, index, dates) + text)
             cited.add(index)
         sections[key] = f"## {titles[key]}\n" + "\n".join(lines)
