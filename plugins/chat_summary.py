@@ -60,8 +60,8 @@ _JOIN_COST = 2  # " … " between two pieces of one message on one line
 _FIRST_PERSON = regex.compile(
     r"(?i)\bI(?:'m| am)\b|\bI (?:really |also |usually |always |never |still )?(?:like|love|loved|prefer|"
     r"hate|enjoy|work|worked|live|lived|own|grew up|used to|was born|study|studied|moved|have|had|got)\b|"
-    r"\bmy (?:name|job|favou?rite|wife|husband|partner|son|daughter|kids?|children|dog|cat|mom|mother|"
-    r"dad|father|sister|brother|birthday|hobby|address|email|phone|home|team|company)\b|"
+    r"\bmy (?:new |old |current |own )?(?:name|job|favou?rite|wife|husband|partner|son|daughter|kids?|"
+    r"children|dog|cat|mom|mother|dad|father|sister|brother|birthday|hobby|address|email|phone|home|team|company)\b|"
     r"我(?:是|叫|喜欢|爱|讨厌|不喜欢|住在|有|一直|习惯|更喜欢)")
 _PLAN = regex.compile(
     r"(?i)\b(?:will|'ll|going to|gonna|plan(?:ning)? to|intend|let's|let us|we should|I should|need to|"
@@ -222,23 +222,47 @@ def _gain(piece: Piece, weight: Mapping[str, float], covered: set[str], lines: s
     return new * piece.bonus * (1.0 + recent * piece.index / last) / cost
 
 
+#: Sections of an earlier summary that are not carried: they are rewritten for the new history.
+_NOT_CARRIED = frozenset({"People", "参与者", "Compression Metadata", "压缩元信息"})
+#: Sections of the agent template (an earlier compaction of another kind) and where they go here.
+_FROM_AGENT = {"Pending Tasks": "plans", "待处理任务": "plans", "Optional Next Step": "plans",
+               "可选的下一步": "plans"}
+_CITED_ANY = regex.compile(r"^m\d+ \(was [^)]*\) ")  # a carried line's citation: no content
+_CITED = regex.compile(r"^m(\d+)(?: \(was [^)]*\))?((?:, \d{4}-\d{2}-\d{2})?) ")
+
+
 def carried_pieces(history: hx.History, dropped: Sequence[int], counter: TokenCounter) -> list[Piece]:
-    """The lines of earlier people-template summaries in the dropped range, as candidates worth more
-    than new sentences (a compaction of a compacted chat keeps what the first one kept)."""
+    """The lines of earlier summaries in the dropped range (of either template), as candidates (a
+    compaction of a compacted chat keeps what the first one kept). A line cites the earlier summary
+    it is read from, `m3 (was m26, 2023-05-20)`: `m3` in this history holds it verbatim."""
     titles = {title: key for key, en, cn in PEOPLE_SECTIONS for title in (en, cn) if key != "people"}
     found: list[tuple[int, int, str, str]] = []
     for i in dropped:
         if history.kinds[i] != "summary":
             continue
         for match in _SECTION_BLOCK.finditer(history.messages[i].content):
-            key = titles.get(match.group(1).strip())
-            if key is None:
+            title = match.group(1).strip()
+            if title in _NOT_CARRIED:
                 continue
-            for order, line in enumerate(match.group(2).splitlines()):
-                if line.startswith("- ") and len(line) > 4:
-                    found.append((i, order, key, line[2:]))
+            key = titles.get(title) or _FROM_AGENT.get(title, "points")
+            bullets: list[str] = []
+            for line in match.group(2).rstrip().splitlines():
+                if line.startswith("- "):
+                    bullets.append(line[2:])
+                elif bullets and line.strip():
+                    bullets[-1] += "\n" + line
+            for order, bullet in enumerate(bullets):
+                if len(bullet) < 3 or "kept verbatim" in bullet:
+                    continue
+                cited = _CITED.match(bullet)
+                if cited:
+                    was = cited.group(0).split(" (was ", 1)
+                    old = was[1].rsplit(")", 1)[0] if len(was) > 1 else f"m{cited.group(1)}{cited.group(2)}"
+                    bullet = f"m{i} (was {old}) " + bullet[cited.end():]
+                found.append((i, order, key, bullet))
     costs = counter.count_many([text for _, _, _, text in found])
-    return [Piece(i, order, text, frozenset(terms(text)), max(1, cost), key, 1.5, carried=True)
+    return [Piece(i, order, text, frozenset(terms(_CITED_ANY.sub("", text))), max(1, cost), key,
+                  KIND_BONUS.get(key, 1.0), carried=True)
             for (i, order, key, text), cost in zip(found, costs, strict=True)]
 
 

@@ -402,6 +402,8 @@ class EightSegment(Component):
         if self.next_step:
             pools["next"] = _next_step_items(history, visible, tail)
         titles = {title: key for key, en, zh in SECTIONS for title in (en, zh)}
+        titles.update({title: _FROM_PEOPLE[key] for key, en, zh in chat.PEOPLE_SECTIONS for title in (en, zh)
+                       if key in _FROM_PEOPLE})  # an earlier compaction of a chat: its lines go on
         for key, items in hx.carried_items(history, visible, titles).items():
             pools.setdefault(key, []).extend(items)
         return {k: v for k, v in pools.items() if v}
@@ -444,6 +446,9 @@ class EightSegment(Component):
 
 # -- the analyzer chain and the focus --------------------------------------------------------------
 
+#: Where the people template's sections go in the eight (a history that was a chat and now acts).
+_FROM_PEOPLE: Mapping[str, str] = {"facts": "problem", "events": "problem", "points": "problem",
+                                   "decisions": "pending", "plans": "pending", "questions": "pending"}
 #: Section titles of both templates by key.
 TITLES: Mapping[str, str] = {**{key: en for key, en, _ in SECTIONS},
                              **{key: en for key, en, _ in chat.PEOPLE_SECTIONS}, "llm": "llm"}

@@ -179,7 +179,7 @@ class History:
         message = self.messages[i]
         if message.role in ("system", "developer"):
             return "system"
-        if message.content.startswith(SUMMARY_MARK):
+        if message.content.startswith(SUMMARY_MARK) and "expand_context(" in message.content[:400]:
             return "summary"  # an earlier compaction: its sections are carried, not quoted
         if answers(message) is not None:
             return "output"
