@@ -823,7 +823,14 @@ def quality_score(history: hx.History, dropped: Sequence[int], text: str, kept_t
     if not signals:
         return 1.0
     total = sum(w for w, _ in signals)
-    found = sum(w for w, s in signals if s in visible or " ".join(s.split()) in " ".join(visible.split()))
+    flat = ""  # the visible text on one line, built once and only when a signal is not found as is
+    found = 0.0
+    for weight, signal in signals:
+        if signal not in visible:
+            flat = flat or " ".join(visible.split())
+            if " ".join(signal.split()) not in flat:
+                continue
+        found += weight
     return found / total
 
 

@@ -79,13 +79,17 @@ _WRITE_TOOL = regex.compile(r"(?:^|_)(?:edit|write|create|insert|replace|str_rep
 _PATH_KEYS = ("path", "file", "filename", "file_path", "filepath", "target_file", "target")
 _BODY_KEYS = ("new_str", "content", "replacement_text", "file_text", "text", "code", "patch", "diff",
               "new_content", "insert_text")
-_SHELL_WRITE = re.compile(
+_SHELL_WRITES = (
     r"(?:sed\s+-i\S*|perl\s+-p?i\S*)\s+(?:-e\s+)?(?:'[^']*'|\"[^\"]*\"|\S+)(?:\s+-e\s+(?:'[^']*'|\"[^\"]*\"))*"
-    r"\s+(?P<path>[^\s;&|>]+)|"
-    r"(?:>>?|\btee(?:\s+-a)?)\s*(?P<path2>[^\s;&|<>'\"]+)|"
-    r"\bopen\(\s*['\"](?P<path3>[^'\"]+)['\"]\s*,\s*['\"][wa]|"
-    r"(?P<path4>[\w./-]+)['\"]?\)\.write_text\(|"
-    r"^(?:create|touch)\s+(?P<path5>\S+)", re.MULTILINE)
+    r"\s+(?P<path>[^\s;&|>]+)",
+    r"(?:>>?|\btee(?:\s+-a)?)\s*(?P<path2>[^\s;&|<>'\"]+)",
+    r"\bopen\(\s*['\"](?P<path3>[^'\"]+)['\"]\s*,\s*['\"][wa]",
+    r"(?P<path4>[\w./-]+)['\"]?\)\.write_text\(",
+    r"^(?:create|touch)\s+(?P<path5>\S+)")
+_SHELL_WRITE = re.compile("|".join(_SHELL_WRITES), re.MULTILINE)
+#: The same without `.write_text(` (that alternative tries every word start: most of the scan's time),
+#: for the commands without one, where it cannot match.
+_SHELL_WRITE_PLAIN = re.compile("|".join(p for p in _SHELL_WRITES if "write_text" not in p), re.MULTILINE)
 _HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?[^\n]*\n(.*?)\n\1\b", re.DOTALL)
 _SWE_EDIT = re.compile(r"^edit\s+\d+:\d+\s*\n(.*?)\nend_of_edit", re.DOTALL | re.MULTILINE)
 _SEARCH_REPLACE = regex.compile(
@@ -250,7 +254,8 @@ class History:
         self.by_message[action.index].append(action)
 
     def _shell(self, action: Action, command: str) -> None:
-        for match in _SHELL_WRITE.finditer(command):
+        writes = _SHELL_WRITE if ").write_text(" in command else _SHELL_WRITE_PLAIN
+        for match in writes.finditer(command):
             path = next((g for g in match.groups() if g), None)
             if path and PATH.fullmatch(_clean_path(path)) and not path.startswith("/dev/"):
                 action.writes.append(_clean_path(path))
@@ -351,6 +356,34 @@ def _clean_path(path: str) -> str:
     return path
 
 
+_SPACE_RUN = regex.compile(r"\s*")
+
+
+def first_error_line(text: str) -> regex.Match[str] | None:
+    """`_ERROR_LINE.search(text)`, searching only the lines that hold one of `_ERROR_WORDS` (every
+    match starts on the line of its word; a long output is mostly lines without one)."""
+    upcoming = {word: at for word in _ERROR_WORDS if (at := text.find(word)) >= 0}
+    while upcoming:
+        at = min(upcoming.values())
+        start = text.rfind("\n", 0, at) + 1
+        end = text.find("\n", at)
+        if end < 0:
+            return _ERROR_LINE.search(text, start)
+        # "error\n  :" matches too: the window reaches the first character after the line's end
+        # and the whitespace that follows it
+        found = _ERROR_LINE.search(text, start, min(len(text), _SPACE_RUN.match(text, end).end() + 1))
+        if found is not None:
+            return found
+        for word, where in list(upcoming.items()):
+            if where <= end:
+                following = text.find(word, end + 1)
+                if following < 0:
+                    del upcoming[word]
+                else:
+                    upcoming[word] = following
+    return None
+
+
 def error_summary(text: str) -> str | None:
     """The most telling error line of a tool output (a traceback's last line first), or None."""
     if "Traceback (most recent call last)" in text:
@@ -358,7 +391,7 @@ def error_summary(text: str) -> str | None:
         last = _TRACE_LAST.findall(tail)
         if last:
             return _trim(last[-1], 200)
-    found = _ERROR_LINE.search(text)
+    found = first_error_line(text)
     if found is None:
         stripped = text.strip()
         if stripped.startswith("{"):

@@ -60,3 +60,29 @@ def test_frame_size_counts_what_the_frame_costs(counter: TokenCounter, ending: s
         for zh in (False, True):
             meta = es._metadata(12345, 678, 0.42, "assistant", zh, tight)
             assert size(meta) == counter.count(es._frame(marker, body, meta, tight))
+
+
+def test_first_error_line_is_the_first_match_of_the_whole_scan() -> None:
+    text = "ok\nno errors here\nerror\n   : disk full\nValueError: bad\n"
+    found = hx.first_error_line(text)
+    assert found is not None and found.span() == hx._ERROR_LINE.search(text).span()
+    assert found.group(0) == "error\n   :"  # a match may run past its line's end
+    rnd = random.Random(11)
+    alphabet = [*"ab \n\t:!eE", "error", "Error", "errors", "FAILED", "FAILEDx", "ValueError", "xError",
+                "\n  :", "错误", "Traceback (most recent call last)", " failure!", "ERROR_",
+                "command not found"]
+    for _ in range(5000):
+        text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 14)))
+        expected = hx._ERROR_LINE.search(text)
+        found = hx.first_error_line(text)
+        assert (found and found.span()) == (expected and expected.span()), text
+
+
+@pytest.mark.parametrize("command, writes", [
+    ("python - <<'EOF'\nfrom pathlib import Path\nPath('src/app.py').write_text(code)\nEOF", ["src/app.py"]),
+    ("sed -i 's/a/b/' src/app.py && python -m pytest tests/ 2>&1 | tail", ["src/app.py"]),
+    ("cat setup.py | grep name", []),
+])
+def test_shell_writes_with_or_without_write_text(command: str, writes: list[str]) -> None:
+    history = hx.History([Message(role="assistant", content=f"```bash\n{command}\n```")])
+    assert history.actions[0].writes == writes
