@@ -25,6 +25,7 @@ import yaml
 
 from compactor.compaction import SUMMARY_MARK
 from compactor.document import Chunk, Message, Source, chunk_id
+from compactor.errors import BudgetError
 from compactor.messages import TOKENS_PER_REPLY, answers, message_tokens
 from compactor.tokens import TokenCounter
 
@@ -119,7 +120,10 @@ def shorten_system(messages: Sequence[Message], costs: Sequence[int], budget: in
             ids=ids)
         overhead = message_tokens(dataclasses.replace(message, content="", tool_calls=(), raw={}), counter)
         room = target - overhead - counter.count(marker + "\n")
-        body, spans = excerpt(original, query, room, counter) if room > 0 else ("", [])
+        try:
+            body, spans = excerpt(original, query, room, counter) if room > 0 else ("", [])
+        except BudgetError:  # not even one sentence fits: the marker alone, the original by id
+            body, spans = "", []
         text = f"{marker}\n{body}" if body else marker
         raw = {**message.raw, "content": text} if message.raw else {}
         messages[i] = dataclasses.replace(message, content=text, raw=raw)

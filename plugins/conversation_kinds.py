@@ -39,7 +39,8 @@ def detect_kind(history: hx.History) -> Kind:
     textual = sum(1 for a in actions if a.call is None)
     structured = sum(1 for a in actions if a.call is not None)
     outputs = sum(1 for k in history.kinds if k == "output")
-    if files >= 2 or (textual >= 2 and outputs >= 2):
+    edits = sum(1 for a in actions if a.call is None and a.name == "edit")  # SEARCH/REPLACE blocks
+    if edits or (files >= 2 and outputs) or (textual >= 2 and outputs >= 2):  # snippets alone: a chat
         return "coding"
     if structured or outputs:
         return "tool"

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import regex
 
-from compactor.compaction import SUMMARY_MARK, Plan, plan_compaction, plan_dict
+from compactor.compaction import MIN_SUMMARY_TOKENS, SUMMARY_MARK, Plan, plan_compaction, plan_dict
 from compactor.components import Component, DataPath
 from compactor.document import Chunk, Context, Message, Segment, Source, chunk_id, frozen_mapping
 from compactor.hookspecs import hookimpl
@@ -145,8 +145,7 @@ class EightSegment(Component):
         options = dict(context.meta.get("conversation_options") or {})
         share = float(context.meta.get("budget_share", self.share))
         budget = context.resolved_budget()
-        if budget is not None and share < 1.0:
-            budget = max(1, int(budget * share))
+        options["budget_share"] = share  # applied in `compact`, to the room the system prompt leaves
         plans: dict[str, Any] = {}
         segments: list[Segment] = []
         for source in context.sources:
@@ -185,6 +184,12 @@ class EightSegment(Component):
         messages, costs, system = shorten_system(  # an oversized system prompt, excerpted for the requests
             messages, costs, limit, counter,
             enabled=bool(options.get("compress_system", self.compress_system)))
+        share = float(options.get("budget_share", 1.0))
+        if share < 1.0 and budget is not None:  # a share of what the system messages leave
+            fixed = TOKENS_PER_REPLY + sum(c for m, c in zip(messages, costs, strict=True)
+                                           if m.role in ("system", "developer"))
+            limit = fixed + max(MIN_SUMMARY_TOKENS + 8, int((limit - fixed) * share))
+            limit = min(limit, budget)
         settings: dict[str, Any] = {"keep_last": int(options.get("keep_last", self.keep_last)),
                                     "keep_first": bool(options.get("keep_first", self.keep_first)),
                                     "summary_role_tokens": counter.count(summary_role)}

@@ -313,9 +313,6 @@ def test_keep_files_fence_is_longer_than_any_in_the_file() -> None:
     assert set(fence) == {"`"} and len(fence) > 4, fence
 
 
-@pytest.mark.xfail(strict=True, reason="`share` scales the whole budget, the system message's fixed cost "
-                   "included (eight_segment.py:149: budget * share), so share=0.3 raises "
-                   "BudgetError for a budget of 600 that fits, naming a budget of 180 the caller never gave")
 def test_a_budget_share_does_not_fail_a_budget_that_fits() -> None:
     rules = "You are a helpful assistant who follows the house rules. " * 12
     history = [{"role": "system", "content": rules}, *chat(60)]
@@ -327,9 +324,6 @@ def test_a_budget_share_does_not_fail_a_budget_that_fits() -> None:
     assert compactor.count_message_tokens(out) <= 600
 
 
-@pytest.mark.xfail(strict=True, reason="shorten_system calls excerpt() with a room smaller than the qa "
-                   "pipeline's smallest chunk, whose BudgetError ('a budget of 10 tokens ... qa-system') "
-                   "escapes instead of falling back to the marker alone (system_prompt.py:122)")
 def test_compress_system_falls_back_to_the_marker_when_no_sentence_fits() -> None:
     policy = "\n".join(f"## Rule {k}\nWhen the customer asks about topic {k}, reply with policy {k} "
                        f"and never reveal code Z{k}. " * 2 for k in range(40))
@@ -344,9 +338,6 @@ def test_compress_system_falls_back_to_the_marker_when_no_sentence_fits() -> Non
 # -- kind detection ------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="detect_kind says coding when two files are read/written by commands "
-                   "(conversation_kinds.py:42), even when nothing ran: a help chat that shows shell snippets "
-                   "gets the agent template")
 def test_a_help_chat_with_shell_snippets_is_a_chat() -> None:
     pairs = [("How do I list files in a folder?", "Use this:\n```bash\nls -la\n```"),
              ("Thanks! And how do I view a file?", "Try:\n```bash\ncat notes.txt\n```"),
