@@ -856,10 +856,14 @@ _LATIN = regex.compile(r"[A-Za-z]")
 
 def _chinese(history: hx.History) -> bool:
     """Whether the people and agents of a history write Chinese (tool output does not count)."""
-    parts = []
+    parts: list[str] = []
+    size = 0
     for i, kind in enumerate(history.kinds):
         if kind in ("user", "assistant"):
-            parts.extend(hx.sentences_of(history.messages[i].content, 6))
+            parts.extend(found := hx.sentences_of(history.messages[i].content[:4000], 6))
+            size += sum(len(p) for p in found)
+            if size >= 20000:  # enough prose to tell
+                break
     prose = " ".join(parts)[:20000]
     han = len(_CJK.findall(prose))
     return han > 0 and han >= len(_LATIN.findall(prose)) / 8  # a Han character says ~4 letters' worth

@@ -700,14 +700,17 @@ def reasoning_items(history: History, dropped: Sequence[int], exclude: set[str])
     return items
 
 
+#: Open tasks are looked for in this many of the latest people's and agents' messages.
+PENDING_SCOPE = 200
+
+
 def pending_items(history: History, dropped: Sequence[int], later: Sequence[int]) -> list[Item]:
     """Open tasks: unchecked boxes, TODOs, stated next steps and plan steps, minus what later
     messages report done."""
     n = max(1, len(history.messages))
     candidates: list[tuple[int, str]] = []
-    for i in dropped:
-        if history.kinds[i] not in ("assistant", "user"):
-            continue
+    people = [i for i in dropped if history.kinds[i] in ("assistant", "user")]
+    for i in people[-PENDING_SCOPE:]:  # tasks older than that were done or dropped long ago
         text = _FENCE.sub(" ", history.messages[i].content)
         plan = _PLAN_HEAD.search(text) is not None
         for match in _TASK_LINE.finditer(text):
@@ -718,8 +721,9 @@ def pending_items(history: History, dropped: Sequence[int], later: Sequence[int]
             if _INTENT.search(sentence) and len(sentence) <= 300:
                 candidates.append((i, sentence))
     done_texts: list[tuple[int, frozenset[str]]] = []
+    first = min((i for i, _ in candidates), default=n)
     for j in [*dropped, *later]:
-        if history.kinds[j] not in ("assistant", "user"):
+        if j <= first or history.kinds[j] not in ("assistant", "user"):  # only later news can close a task
             continue
         content = history.messages[j].content
         for match in _DONE_BOX.finditer(content):
