@@ -36,6 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from conversation import long_history, warm
 from evaldata import eval_dir, read_jsonl
 from measure import clear_caches, cold, interleaved, print_environment
 
@@ -43,19 +44,6 @@ import compactor
 
 TARGET_RATIO = 3.0
 BUDGET = 8000
-_SMALL = [{"role": "system", "content": "You are a careful coding agent."},
-          {"role": "user", "content": "Fix the failing test in the parser module, please. " * 12},
-          {"role": "assistant", "content": "I read the parser and found an off-by-one error. " * 12},
-          {"role": "user", "content": "Thanks. Now run the whole test suite."},
-          {"role": "assistant", "content": "All tests pass."}]
-
-
-def warm() -> None:
-    """What a long-lived process pays once (encodings, the pipeline), on unrelated messages (untimed)."""
-    compactor.count_message_tokens(_SMALL)
-    compactor.compact_messages(_SMALL, compactor.count_message_tokens(_SMALL) // 2)
-
-
 # -- histories -------------------------------------------------------------------------------------
 
 
@@ -71,14 +59,7 @@ def appended(conversations: Sequence[list[dict[str, Any]]], tokens: int) -> list
 
 def swe_history(tokens: int) -> list[dict[str, Any]]:
     """mini-swe-agent runs, longest first (`benchmarks/conversation.py`'s `long_history`)."""
-    rows = list(read_jsonl(eval_dir() / "agent-trajectories-mini-swe-agent-swebench" / "conversations.jsonl"))
-    rows.sort(key=lambda r: -r["chars"])
-    history = list(rows[0]["messages"])
-    for row in rows[1:]:
-        if compactor.count_message_tokens(history) >= tokens:
-            break
-        history.extend(m for m in row["messages"][1:])
-    return history
+    return long_history(tokens)
 
 
 def tau_history(tokens: int) -> list[dict[str, Any]]:

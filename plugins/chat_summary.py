@@ -240,17 +240,10 @@ def carried_pieces(history: hx.History, dropped: Sequence[int], counter: TokenCo
     for i in dropped:
         if history.kinds[i] != "summary":
             continue
-        for match in _SECTION_BLOCK.finditer(history.messages[i].content):
-            title = match.group(1).strip()
+        for title, bullets in hx.summary_sections(history.messages[i].content):
             if title in _NOT_CARRIED:
                 continue
             key = titles.get(title) or _FROM_AGENT.get(title, "points")
-            bullets: list[str] = []
-            for line in match.group(2).rstrip().splitlines():
-                if line.startswith("- "):
-                    bullets.append(line[2:])
-                elif bullets and line.strip():
-                    bullets[-1] += "\n" + line
             for order, bullet in enumerate(bullets):
                 if len(bullet) < 3 or "kept verbatim" in bullet:
                     continue
@@ -264,9 +257,6 @@ def carried_pieces(history: hx.History, dropped: Sequence[int], counter: TokenCo
     return [Piece(i, order, text, frozenset(terms(_CITED_ANY.sub("", text))), max(1, cost), key,
                   KIND_BONUS.get(key, 1.0), carried=True)
             for (i, order, key, text), cost in zip(found, costs, strict=True)]
-
-
-_SECTION_BLOCK = regex.compile(r"^## (.+?)\n(.*?)(?=^## |\Z)", regex.MULTILINE | regex.DOTALL)
 
 
 def people_lines(history: hx.History, head: Sequence[int], zh: bool, limit: int = 12) -> list[str]:

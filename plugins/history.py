@@ -984,6 +984,21 @@ def tool_items(history: History, dropped: Sequence[int]) -> list[Item]:
 _SECTION_BLOCK = re.compile(r"^## (.+?)\n(.*?)(?=^## |\Z)", re.MULTILINE | re.DOTALL)
 
 
+def summary_sections(text: str) -> list[tuple[str, list[str]]]:
+    """(heading, bullets) of each `## ` section of a summary; a bullet's continuation lines (quotes,
+    code) stay with it."""
+    out = []
+    for match in _SECTION_BLOCK.finditer(text):
+        bullets: list[str] = []
+        for line in match.group(2).rstrip().splitlines():
+            if line.startswith("- "):
+                bullets.append(line[2:])
+            elif bullets and line.strip():
+                bullets[-1] += "\n" + line
+        out.append((match.group(1).strip(), bullets))
+    return out
+
+
 def carried_items(history: History, dropped: Sequence[int], titles: dict[str, str]) -> dict[str, list[Item]]:
     """Lines of earlier summaries in the dropped range, per section (`titles` maps a heading to its
     section key), so a compaction of a compacted history keeps what the first one kept. (Their
@@ -993,17 +1008,10 @@ def carried_items(history: History, dropped: Sequence[int], titles: dict[str, st
     for i in dropped:
         if history.kinds[i] != "summary":
             continue
-        text = history.messages[i].content
-        for match in _SECTION_BLOCK.finditer(text):
-            key = titles.get(match.group(1).strip())
+        for title, bullets in summary_sections(history.messages[i].content):
+            key = titles.get(title)
             if key is None:
                 continue
-            bullets: list[str] = []
-            for line in match.group(2).rstrip().splitlines():
-                if line.startswith("- "):
-                    bullets.append(line[2:])
-                elif bullets and line.strip():
-                    bullets[-1] += "\n" + line
             for rank, bullet in enumerate(b for b in bullets if "kept verbatim above" not in b):
                 inline = key == "concepts" and "\n" not in bullet and ", " in bullet
                 for piece in bullet.split(", ") if inline else [bullet]:
