@@ -37,6 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from conversation import cc_text as text_of  # conv_check.py's text of a message
 from evaldata import eval_dir, read_jsonl
 from measure import clear_caches, print_environment
 
@@ -49,17 +50,6 @@ SECTIONS = {"book_reservation": "## Book flight", "cancel_reservation": "## Canc
             "update_reservation_flights": "## Modify flight",
             "update_reservation_baggages": "## Modify flight",
             "update_reservation_passengers": "## Modify flight", "send_certificate": "## Refund"}
-
-
-def text_of(message: dict[str, Any]) -> str:
-    """conv_check.py's text of a message: content plus each tool call's name and arguments."""
-    content = message.get("content") or ""
-    if not isinstance(content, str):
-        content = json.dumps(content, ensure_ascii=False)
-    for call in message.get("tool_calls") or []:
-        function = call.get("function", {})
-        content += " " + function.get("name", "") + " " + str(function.get("arguments", ""))
-    return content
 
 
 def values(obj: Any) -> list[str]:
