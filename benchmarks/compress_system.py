@@ -28,7 +28,6 @@ Run: ``python benchmarks/compress_system.py`` (``--limit N`` runs, ``--ratios 0.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
