@@ -6,51 +6,117 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from compactor.compacter import ContextCompacter, expand
-from compactor.components import Component, Param, ScoreSet
-from compactor.conversation import (
-    EXPAND_TOOL,
-    CompactedMessages,
-    compact_messages,
-    count_message_tokens,
-    handle_expand_call,
-)
-from compactor.document import (
-    Budget,
-    Chunk,
-    Context,
-    Fact,
-    Message,
-    Segment,
-    Source,
-    StepReport,
-    TranscriptSegment,
-)
-from compactor.errors import (
-    BudgetError,
-    CompactorError,
-    ConfigError,
-    FidelityError,
-    InputError,
-    PluginError,
-    StageError,
-    StoreError,
-)
-from compactor.hookspecs import hookimpl, hookspec
-from compactor.pipeline import Pipeline, resolved_pipeline
-from compactor.provenance import KeptSpan, OffsetMap, kept_spans
-from compactor.research import ResearchSession
-from compactor.run import Run
-from compactor.store import ChunkStore, MemoryStore, SQLiteStore, open_store
-from compactor.tokens import TokenCounter, get_counter
-from compactor.transcripts import (
-    compress_multiple_files_results,
-    compress_retrieval_results,
-    compress_single_file_results,
-)
+if TYPE_CHECKING:  # the names, for type checkers; at run time they load on first use
+    from compactor.compacter import ContextCompacter, expand
+    from compactor.components import Component, Param, ScoreSet
+    from compactor.conversation import (
+        EXPAND_TOOL,
+        CompactedMessages,
+        compact_messages,
+        count_message_tokens,
+        handle_expand_call,
+    )
+    from compactor.document import (
+        Budget,
+        Chunk,
+        Context,
+        Fact,
+        Message,
+        Segment,
+        Source,
+        StepReport,
+        TranscriptSegment,
+    )
+    from compactor.errors import (
+        BudgetError,
+        CompactorError,
+        ConfigError,
+        FidelityError,
+        InputError,
+        PluginError,
+        StageError,
+        StoreError,
+    )
+    from compactor.hookspecs import hookimpl, hookspec
+    from compactor.pipeline import Pipeline, resolved_pipeline
+    from compactor.provenance import KeptSpan, OffsetMap, kept_spans
+    from compactor.research import ResearchSession
+    from compactor.run import Run
+    from compactor.store import ChunkStore, MemoryStore, SQLiteStore, open_store
+    from compactor.tokens import TokenCounter, get_counter
+    from compactor.transcripts import (
+        compress_multiple_files_results,
+        compress_retrieval_results,
+        compress_single_file_results,
+    )
+
+#: Where each public name lives: `import compactor` loads none of them until one is used, so a
+#: program (or `compactor-run --help`) pays only for the faces it touches.
+_LAZY: dict[str, str] = {
+    "ContextCompacter": "compactor.compacter",
+    "expand": "compactor.compacter",
+    "Component": "compactor.components",
+    "Param": "compactor.components",
+    "ScoreSet": "compactor.components",
+    "EXPAND_TOOL": "compactor.conversation",
+    "CompactedMessages": "compactor.conversation",
+    "compact_messages": "compactor.conversation",
+    "count_message_tokens": "compactor.conversation",
+    "handle_expand_call": "compactor.conversation",
+    "Budget": "compactor.document",
+    "Chunk": "compactor.document",
+    "Context": "compactor.document",
+    "Fact": "compactor.document",
+    "Message": "compactor.document",
+    "Segment": "compactor.document",
+    "Source": "compactor.document",
+    "StepReport": "compactor.document",
+    "TranscriptSegment": "compactor.document",
+    "BudgetError": "compactor.errors",
+    "CompactorError": "compactor.errors",
+    "ConfigError": "compactor.errors",
+    "FidelityError": "compactor.errors",
+    "InputError": "compactor.errors",
+    "PluginError": "compactor.errors",
+    "StageError": "compactor.errors",
+    "StoreError": "compactor.errors",
+    "hookimpl": "compactor.hookspecs",
+    "hookspec": "compactor.hookspecs",
+    "Pipeline": "compactor.pipeline",
+    "resolved_pipeline": "compactor.pipeline",
+    "KeptSpan": "compactor.provenance",
+    "OffsetMap": "compactor.provenance",
+    "kept_spans": "compactor.provenance",
+    "ResearchSession": "compactor.research",
+    "Run": "compactor.run",
+    "ChunkStore": "compactor.store",
+    "MemoryStore": "compactor.store",
+    "SQLiteStore": "compactor.store",
+    "open_store": "compactor.store",
+    "TokenCounter": "compactor.tokens",
+    "get_counter": "compactor.tokens",
+    "compress_multiple_files_results": "compactor.transcripts",
+    "compress_retrieval_results": "compactor.transcripts",
+    "compress_single_file_results": "compactor.transcripts",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'compactor' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 
@@ -69,6 +135,8 @@ def compress(
     The resolved pipeline is reused while its file, the plugins and the environment stay the same
     (see `compactor.pipeline.resolved_pipeline`), so a call costs the compression, not the set-up.
     """
+    from compactor.pipeline import resolved_pipeline
+
     return resolved_pipeline(pipeline, plugins=plugins).run(
         text, query=query, budget=budget, output_format=output_format
     ).output or ""
