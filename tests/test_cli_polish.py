@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,3 +82,13 @@ def test_written_files_keep_the_target_mode_or_take_the_umask(tmp_path: Path) ->
     assert stat.S_IMODE(out.stat().st_mode) == 0o640
     assert stat.S_IMODE(report.stat().st_mode) == 0o644
     assert "Paris" in out.read_text(encoding="utf-8")
+
+
+
+def test_cli_help_and_version_answer_without_loading_the_pipelines() -> None:
+    code = ("import sys\nfrom compactor.cli_parser import run\n"
+            "try:\n    run(['--version'])\nexcept SystemExit:\n    pass\n"
+            "print('compactor.pipeline' in sys.modules, 'compactor.compacter' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().endswith("False False"), done.stdout
+    assert "compactor-run" in done.stdout
