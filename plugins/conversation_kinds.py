@@ -22,6 +22,7 @@ import regex
 
 from compactor.compaction import KINDS, SUMMARY_MARK
 from compactor.plugins import history as hx
+from compactor.plugins.textstats import DATE
 
 Kind = Literal["coding", "tool", "chat", "meeting"]
 __all__ = ["AGENT_KINDS", "KINDS", "detect_kind", "has_time_reference", "parse_date", "resolve_relative",
@@ -223,8 +224,6 @@ def resolve_relative(text: str, day: dt.date | None) -> str:
 
 def has_time_reference(text: str) -> bool:
     """Whether a sentence dates something (a date, a weekday, a month or a relative date)."""
-    from compactor.plugins.textstats import DATE
-
     relative = any(not m.group("today") and m.group("zh") not in ("今天",)  # "today" dates nothing
                    for m in _RELATIVE.finditer(text))
     return bool(relative or DATE.search(text) or _WEEKDAY_OR_MONTH.search(text))

@@ -38,6 +38,7 @@ from compactor.plugins.file_memory import recent_files, render_views
 from compactor.plugins.llm_fallback import fill, template_for
 from compactor.plugins.llm_guard import Request, complete_guarded
 from compactor.plugins.textstats import terms
+from compactor.plugins.validate import loss_report
 from compactor.run import Run
 from compactor.system_prompt import shorten_system
 from compactor.tokens import TokenCounter
@@ -299,8 +300,8 @@ class EightSegment(Component):
         latest = chat.latest_session_line(dates, plan.tail, zh)
         if latest:
             people.append(latest)
-        kept_text = "\n".join(history.messages[i].content for i in (*plan.head, *plan.tail))
         label = _main_role(history)
+        quality = 1.0  # the metadata's figure is validate.loss's, put in by `_quality_from_loss`
         pieces = chat.pieces_of(history, dropped, counter, meeting, weights, focus, dates)
         pieces.extend(chat.carried_pieces(history, dropped, counter))
         fixed = counter.count(_frame(marker, "\n".join(people), _metadata(plan.original_tokens, 99999, 1.0,
@@ -310,7 +311,6 @@ class EightSegment(Component):
         while True:
             sections, cited = chat.render(history, chosen, people, meeting, zh, dates)
             body = "\n\n".join(sections.values())
-            quality = quality_score(history, dropped, body, kept_text)
             meta = _metadata(plan.original_tokens, 0, quality, label, zh, tight)
             framed = counter.count(_frame(marker, body, meta, tight))
             compressed = kept_tokens + framed + TOKENS_PER_MESSAGE + 1
@@ -517,31 +517,31 @@ def _quality_from_loss(context: Context, chunks: Sequence[Chunk], plan: dict[str
     metadata block instead of the rule draft's own signal count. A history longer than
     `QUALITY_SAMPLE_CHARS` is measured on an even sample of its messages (every k-th), so the
     figure costs a bounded time however long the history is."""
-    from compactor.plugins.validate import loss_report
-
     total = sum(len(c.text) for c in chunks)
     step = max(1, math.ceil(total / QUALITY_SAMPLE_CHARS))
     sample = tuple(c for n, c in enumerate(chunks) if n % step == 0)
     retention = float(loss_report(context.evolve(chunks=sample, segments=tuple(parts)))["retention"])
-    old = float(plan["quality"])
-    summary = str(plan["summary"])
-    patterns = (f"quality score {old:.2f}", f"quality {old:.2f}", f"质量分数 {old:.2f}")
-    fixed = summary
-    for pattern in patterns:
-        fixed = fixed.replace(pattern, pattern.replace(f"{old:.2f}", f"{retention:.2f}"), 1)
-    if fixed == summary or counter.count(fixed) > counter.count(summary):
-        plan["quality"] = round(retention, 3)
+    plan = {**plan, "quality": round(retention, 3)}
+    fixed = _with_quality(str(plan["summary"]), float(retention))
+    if counter.count(fixed) > int(plan["summary_tokens"]):  # a figure one token longer: none fits
         return plan, parts
-    plan = {**plan, "summary": fixed, "quality": round(retention, 3)}
-    new_parts = []
-    for part in parts:
-        if part.metadata.get("section") in ("metadata", "marker") and f"{old:.2f}" in part.text:
-            text = part.text
-            for pattern in patterns:
-                text = text.replace(pattern, pattern.replace(f"{old:.2f}", f"{retention:.2f}"), 1)
-            part = dataclasses.replace(part, text=text, tokens=counter.count(text))
-        new_parts.append(part)
-    return plan, new_parts
+    plan["summary"] = fixed
+    parts = [dataclasses.replace(part, text=text, tokens=counter.count(text))
+             if part.metadata.get("section") in ("metadata", "marker")
+             and (text := _with_quality(part.text, retention)) != part.text else part for part in parts]
+    return plan, parts
+
+
+_QUALITY = regex.compile(r"(quality(?: score)?|质量分数) \d\.\d\d")
+
+
+def _with_quality(text: str, quality: float) -> str:
+    """`text` with its last quality figure (the metadata's, after any quoted text) set to `quality`."""
+    found = list(_QUALITY.finditer(text))
+    if not found:
+        return text
+    last = found[-1]
+    return f"{text[:last.start()]}{last.group(1)} {quality:.2f}{text[last.end():]}"
 
 
 # -- section budgets -------------------------------------------------------------------------------
