@@ -203,7 +203,7 @@ def choose(pieces: Sequence[Piece], room: int, recent: float = 0.15) -> list[Pie
         if heap and gain < -heap[0][0] - 1e-12:
             heapq.heappush(heap, (-gain, n))
             continue
-        cost = piece.tokens + (_JOIN_COST if piece.index in lines else piece.line_cost)
+        cost = _cost(piece, lines)
         if spent + cost > room:
             continue
         chosen.append(piece)
@@ -213,13 +213,17 @@ def choose(pieces: Sequence[Piece], room: int, recent: float = 0.15) -> list[Pie
     return chosen
 
 
+def _cost(piece: Piece, lines: set[int]) -> int:
+    """What adding a piece costs: its tokens, and its message's line prefix unless that line is open."""
+    return piece.tokens + (_JOIN_COST if piece.index in lines else piece.line_cost)
+
+
 def _gain(piece: Piece, weight: Mapping[str, float], covered: set[str], lines: set[int], last: int,
           recent: float) -> float:
     new = sum(weight[w] for w in piece.words if w not in covered)
     if new <= 0:
         return 0.0
-    cost = piece.tokens + (_JOIN_COST if piece.index in lines else piece.line_cost)
-    return new * piece.bonus * (1.0 + recent * piece.index / last) / cost
+    return new * piece.bonus * (1.0 + recent * piece.index / last) / _cost(piece, lines)
 
 
 #: Sections of an earlier summary that are not carried: they are rewritten for the new history.
