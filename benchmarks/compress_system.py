@@ -41,7 +41,7 @@ from evaldata import eval_dir, read_jsonl
 from measure import clear_caches, print_environment
 
 import compactor
-from compactor.messages import read_messages, units
+from compactor.formats.messages import read_messages, units
 
 MIN_BUDGET = 128  # as conv_check.py: below this no compaction is a realistic workload
 ENUMS = ("yes", "no", "one_way", "round_trip", "economy", "business", "basic_economy")

@@ -107,8 +107,8 @@ from measure import cold, interleaved, print_environment
 from transcripts import content_units
 
 import compactor
-from compactor.messages import message_tokens, read_messages, units
-from compactor.tokens import OFFLINE_ENCODING, get_counter
+from compactor.formats.messages import message_tokens, read_messages, units
+from compactor.text.tokens import OFFLINE_ENCODING, get_counter
 
 COUNTER = get_counter("cl100k_base")
 #: Histories (after the cut) with fewer non-system tokens are left out: nobody compacts them, and a

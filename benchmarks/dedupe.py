@@ -43,12 +43,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from measure import cpu_time, median, print_environment
 
-from compactor import textsim
 from compactor.document import Context, Source
-from compactor.inputs import read_paths
-from compactor.plugins.cleaners import DedupeCleaner, normalize_text
+from compactor.formats.records import read_paths
+from compactor.plugins.clean import DedupeCleaner, normalize_text
 from compactor.run import Run, StepRecord
-from compactor.tokens import get_counter
+from compactor.text import similarity as textsim
+from compactor.text.tokens import get_counter
 
 NAMES = ["Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi", "Ivan", "Judy", "Mallory",
          "Olivia"]
@@ -148,14 +148,14 @@ def step_table(cases: dict[str, tuple[Source, ...]], repeat: int) -> None:
 
 _CLI = """
 import sys
-from compactor import textsim
+from compactor.text import similarity as textsim
 if sys.argv.pop(1) == "exact":
     shipped = textsim.JaccardIndex
     class Unbounded(shipped):
         def __init__(self, threshold, frequency=None):
             super().__init__(threshold, frequency, max_postings=None, max_checks=None)
     textsim.JaccardIndex = Unbounded
-from compactor.cli import main
+from compactor.ops.cli import main
 sys.argv[0] = "compactor-run"
 main()
 """

@@ -47,10 +47,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from evaldata import english_documents, eval_dir, read_jsonl
 from measure import cold, interleaved, median, print_environment
 
-from compactor.fidelity import find_invented
-from compactor.plugins import llm_guard as guard
-from compactor.sentences import split_sentences
-from compactor.tokens import get_counter
+from compactor.llm import guard
+from compactor.text.fidelity import find_invented
+from compactor.text.sentences import split_sentences
+from compactor.text.tokens import get_counter
 
 COUNTER = get_counter()
 SIZES = (10_000, 100_000, 400_000)

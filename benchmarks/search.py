@@ -49,7 +49,7 @@ from evaldata import eval_dir, read_jsonl
 from measure import okapi_bm25
 
 from compactor import ContextCompacter
-from compactor.tokens import get_counter
+from compactor.text.tokens import get_counter
 
 COUNTER = get_counter("cl100k_base")
 STRATEGIES = ("fact_centric", "chunk_filtering", "summarization")

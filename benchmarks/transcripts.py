@@ -49,8 +49,8 @@ from evaldata import eval_dir, read_jsonl
 from measure import okapi_bm25, print_environment
 
 import compactor
-from compactor.plugins.textstats import stopwords
-from compactor.tokens import get_counter
+from compactor.text.terms import stopwords
+from compactor.text.tokens import get_counter
 
 COUNTER = get_counter("cl100k_base")
 _TAG = re.compile(r"\{[a-z_]+\}")

@@ -11,15 +11,21 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names, for type checkers; at run time they load on first use
-    from compactor.compacter import ContextCompacter, expand
-    from compactor.components import Component, Param, ScoreSet
-    from compactor.conversation import (
+    from compactor.apps.compacter import ContextCompacter, expand
+    from compactor.apps.conversation import (
         EXPAND_TOOL,
         CompactedMessages,
         compact_messages,
         count_message_tokens,
         handle_expand_call,
     )
+    from compactor.apps.research import ResearchSession
+    from compactor.apps.transcripts import (
+        compress_multiple_files_results,
+        compress_retrieval_results,
+        compress_single_file_results,
+    )
+    from compactor.components import Component, Param, ScoreSet
     from compactor.document import (
         Budget,
         Chunk,
@@ -44,29 +50,23 @@ if TYPE_CHECKING:  # the names, for type checkers; at run time they load on firs
     from compactor.hookspecs import hookimpl, hookspec
     from compactor.pipeline import Pipeline, resolved_pipeline
     from compactor.provenance import KeptSpan, OffsetMap, kept_spans
-    from compactor.research import ResearchSession
     from compactor.run import Run
     from compactor.store import ChunkStore, MemoryStore, SQLiteStore, open_store
-    from compactor.tokens import TokenCounter, get_counter
-    from compactor.transcripts import (
-        compress_multiple_files_results,
-        compress_retrieval_results,
-        compress_single_file_results,
-    )
+    from compactor.text.tokens import TokenCounter, get_counter
 
 #: Where each public name lives: `import compactor` loads none of them until one is used, so a
 #: program (or `compactor-run --help`) pays only for the faces it touches.
 _LAZY: dict[str, str] = {
-    "ContextCompacter": "compactor.compacter",
-    "expand": "compactor.compacter",
+    "ContextCompacter": "compactor.apps.compacter",
+    "expand": "compactor.apps.compacter",
     "Component": "compactor.components",
     "Param": "compactor.components",
     "ScoreSet": "compactor.components",
-    "EXPAND_TOOL": "compactor.conversation",
-    "CompactedMessages": "compactor.conversation",
-    "compact_messages": "compactor.conversation",
-    "count_message_tokens": "compactor.conversation",
-    "handle_expand_call": "compactor.conversation",
+    "EXPAND_TOOL": "compactor.apps.conversation",
+    "CompactedMessages": "compactor.apps.conversation",
+    "compact_messages": "compactor.apps.conversation",
+    "count_message_tokens": "compactor.apps.conversation",
+    "handle_expand_call": "compactor.apps.conversation",
     "Budget": "compactor.document",
     "Chunk": "compactor.document",
     "Context": "compactor.document",
@@ -91,17 +91,17 @@ _LAZY: dict[str, str] = {
     "KeptSpan": "compactor.provenance",
     "OffsetMap": "compactor.provenance",
     "kept_spans": "compactor.provenance",
-    "ResearchSession": "compactor.research",
+    "ResearchSession": "compactor.apps.research",
     "Run": "compactor.run",
     "ChunkStore": "compactor.store",
     "MemoryStore": "compactor.store",
     "SQLiteStore": "compactor.store",
     "open_store": "compactor.store",
-    "TokenCounter": "compactor.tokens",
-    "get_counter": "compactor.tokens",
-    "compress_multiple_files_results": "compactor.transcripts",
-    "compress_retrieval_results": "compactor.transcripts",
-    "compress_single_file_results": "compactor.transcripts",
+    "TokenCounter": "compactor.text.tokens",
+    "get_counter": "compactor.text.tokens",
+    "compress_multiple_files_results": "compactor.apps.transcripts",
+    "compress_retrieval_results": "compactor.apps.transcripts",
+    "compress_single_file_results": "compactor.apps.transcripts",
 }
 
 

@@ -13,8 +13,8 @@ from dataclasses import replace
 from typing import Any
 
 from compactor.document import Context, Source, frozen_mapping
+from compactor.formats.messages import TOKENS_PER_REPLY, message_tokens
 from compactor.hookspecs import hookimpl
-from compactor.messages import TOKENS_PER_REPLY, message_tokens
 from compactor.run import Run
 
 

@@ -19,11 +19,11 @@ from compactor.config import PipelineSpec, StepSpec, load_spec
 from compactor.document import Budget, Chunk, Context, Source, StepReport, frozen_mapping
 from compactor.errors import BudgetError, CompactorError, ConfigError, InputError, Problem, StageError
 from compactor.hookspecs import STAGE_HOOKS
-from compactor.monitor import RunRecorder
 from compactor.observe import StepObserver, with_counts
+from compactor.ops.monitor import RunRecorder
 from compactor.registry import Registry, build_registry
 from compactor.run import Run, StepRecord
-from compactor.tokens import TokenCounter, get_counter
+from compactor.text.tokens import TokenCounter, get_counter
 from compactor.yamlmarks import MAX_FILE_CHARS
 
 Progress = Callable[[int, int, str], None]
@@ -201,11 +201,11 @@ class Pipeline:
 
     def record_runs(self, store: Any) -> None:
         """Record every run of this pipeline (time, tokens, ratio, loss, fallback, success) into a
-        store (a path or a `ChunkStore`); see `compactor.monitor`."""
+        store (a path or a `ChunkStore`); see `compactor.ops.monitor`."""
         from compactor.store import open_store
 
         self.registry.pm.register(RunRecorder(open_store(store), self.spec.name or "<inline>"),
-                                  name=f"compactor.monitor.{id(store)}")
+                                  name=f"compactor.ops.monitor.{id(store)}")
 
     def print_config(self) -> str:
         """The resolved configuration with every default, as YAML."""

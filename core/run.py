@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactor.tokens import TokenCounter
+from compactor.text.tokens import TokenCounter
 
 
 @dataclass(slots=True)

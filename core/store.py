@@ -21,7 +21,7 @@ A SQLite store is marked (`PRAGMA application_id` = `APPLICATION_ID`, `PRAGMA us
 it unchanged; an unmarked store of an earlier release is upgraded in place.
 
 Pages are stored once per session: the same URL, or a near-duplicate text (MinHash signature with
-LSH bands, `compactor.textsim`), is recognised by `known_page`.
+LSH bands, `compactor.text.similarity`), is recognised by `known_page`.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compactor import textsim
 from compactor.document import Chunk, Source
 from compactor.errors import InputError, StoreConflict, StoreError
+from compactor.text import similarity as textsim
 
 NEAR_DUPLICATE = 0.8
 
@@ -132,7 +132,7 @@ class ChunkStore:
         raise NotImplementedError
 
     def record_run(self, record: Mapping[str, Any]) -> None:
-        """Keep one pipeline run's figures (`compactor.monitor`)."""
+        """Keep one pipeline run's figures (`compactor.ops.monitor`)."""
         raise NotImplementedError
 
     def runs(self, pipeline: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
@@ -390,7 +390,7 @@ def _alive(pid: int) -> bool:
 
 
 def _fact_row(session: str, seq: int, fact: Mapping[str, Any]) -> tuple[Any, ...]:
-    """A fact (as `compactor.compacter.fact_to_dict` writes it) as a row of the facts table."""
+    """A fact (as `compactor.apps.compacter.fact_to_dict` writes it) as a row of the facts table."""
     if "id" not in fact or "text" not in fact:
         raise InputError(f"fact {seq} of session {session!r} has no id or text")
     span = fact.get("span")

@@ -6,20 +6,30 @@ from collections.abc import Callable
 
 from compactor.components import Component
 from compactor.hookspecs import hookimpl
-from compactor.plugins.chunkers import MessageChunker, ParagraphChunker, SentenceChunker, TokenChunker
-from compactor.plugins.classify import RuleClassifier
-from compactor.plugins.cleaners import DedupeCleaner, HtmlCleaner, NormalizeCleaner
-from compactor.plugins.eight_segment import EightSegment
-from compactor.plugins.injection import InjectionClassifier
-from compactor.plugins.llm_fallback import LLMFallback
-from compactor.plugins.map_reduce import MapReduce
-from compactor.plugins.render import JsonRenderer, MarkdownRenderer, MessagesRenderer, TextRenderer
-from compactor.plugins.scorers import DensityScorer, ImportanceScorer, RecencyScorer, RelevanceScorer
-from compactor.plugins.seen import SeenPages
-from compactor.plugins.select import SelectCompressor
-from compactor.plugins.strategies import ChunkFiltering, FactCentric, Summarization
-from compactor.plugins.topics import FootnoteRenderer, TopicCompressor
-from compactor.plugins.transcripts import HierarchicalOrganizer, SegmentChunker
+from compactor.plugins.chunk import (
+    MessageChunker,
+    ParagraphChunker,
+    SegmentChunker,
+    SentenceChunker,
+    TokenChunker,
+)
+from compactor.plugins.classify import InjectionClassifier, RuleClassifier
+from compactor.plugins.clean import DedupeCleaner, HtmlCleaner, NormalizeCleaner, SeenPages
+from compactor.plugins.compress.conversation import EightSegment
+from compactor.plugins.compress.map_reduce import MapReduce
+from compactor.plugins.compress.search import ChunkFiltering, FactCentric, Summarization
+from compactor.plugins.compress.select import SelectCompressor
+from compactor.plugins.compress.topics import TopicCompressor
+from compactor.plugins.llm import LLMFallback
+from compactor.plugins.organize import HierarchicalOrganizer
+from compactor.plugins.render import (
+    FootnoteRenderer,
+    JsonRenderer,
+    MarkdownRenderer,
+    MessagesRenderer,
+    TextRenderer,
+)
+from compactor.plugins.score import DensityScorer, ImportanceScorer, RecencyScorer, RelevanceScorer
 from compactor.plugins.validate import LossValidator, RatioController
 
 BUILTIN_COMPONENTS: tuple[type[Component], ...] = (

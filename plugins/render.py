@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from compactor.compaction import assemble
 from compactor.components import Component
-from compactor.document import Context, Segment, Source
+from compactor.document import Context, Segment, Source, frozen_mapping
 from compactor.errors import StageError
+from compactor.formats.compaction import assemble
+from compactor.formats.messages import to_dict
 from compactor.hookspecs import hookimpl
-from compactor.messages import to_dict
-from compactor.plugins.chunking import token_windows
-from compactor.plugins.select import source_heading
+from compactor.plugins.compress.select import source_heading
+from compactor.plugins.compress.topics import REFERENCES, _titles, render_footnotes
 from compactor.provenance import OffsetMap, kept_spans, source_map
 from compactor.run import Run
-from compactor.tokens import TokenCounter
+from compactor.text.spans import token_windows
+from compactor.text.tokens import TokenCounter
 
 
 def kept_segments(context: Context) -> list[Segment]:
@@ -181,3 +183,29 @@ class MessagesRenderer(Component):
             return json.dumps(lists[0][1], ensure_ascii=False, indent=2, default=str)
         return "\n".join(json.dumps({"id": source.uri or source.id, "messages": messages}, ensure_ascii=False,
                                     default=str) for source, messages in lists)
+
+
+class FootnoteRenderer(Component):
+    """Markdown: one section per topic, each fact with its `[^n]` footnote, then the references."""
+
+    name = "render.footnotes"
+    stage = "render"
+
+    def __init__(self, *, heading: str | None = None) -> None:
+        self.heading = heading
+
+    @hookimpl
+    def compactor_render(self, context: Context, run: Run) -> str:
+        facts = {f.id: f for f in context.facts}
+        if not any(s.metadata.get("fact_ids") for s in context.segments):
+            # no topic structure: one section of every fact in order
+            segment = Segment(id="facts", text="", title=context.query or "Facts", chunk_ids=(),
+                              metadata=frozen_mapping({"fact_ids": list(facts)}))
+            segments: Sequence[Segment] = (segment,)
+        else:
+            segments = context.segments
+        titles = "".join((s.title or "")[:20] for s in segments)
+        lang = "zh" if any("\u4e00" <= ch <= "\u9fff" for ch in titles) else "en"
+        text, numbers = render_footnotes(segments, facts, _titles(context), self.heading or REFERENCES[lang])
+        run.note("footnotes", len(numbers))
+        return text

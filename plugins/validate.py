@@ -14,9 +14,9 @@ from typing import Any
 from compactor.components import Component, score_value
 from compactor.document import Chunk, Context
 from compactor.hookspecs import hookimpl
-from compactor.plugins import textstats as ts
-from compactor.plugins.relevance import index_terms
 from compactor.run import Run
+from compactor.text import terms as ts
+from compactor.text.relevance import index_terms
 
 LEVELS = ("minimal", "acceptable", "moderate", "severe")
 CATEGORY_WEIGHTS = {"query_terms": 0.3, "keywords": 0.2, "technical_terms": 0.15,

@@ -16,7 +16,7 @@ def run_cli(*args: str, stdin: bytes | None = None, env: dict[str, str] | None =
     """Run `compactor-run` in a fresh interpreter, exactly as a user would."""
     full_env = {**os.environ, **(env or {})}
     done = subprocess.run(
-        [sys.executable, "-m", "compactor.cli", *args],
+        [sys.executable, "-m", "compactor.ops.cli", *args],
         input=stdin if stdin is not None else b"",
         capture_output=True, env=full_env, cwd=cwd or REPO, timeout=120,
     )

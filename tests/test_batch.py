@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from compactor.batch import done_ids, run_batch
 from compactor.errors import InputError
+from compactor.ops.batch import done_ids, run_batch
 from compactor.pipeline import read_pipeline_text
 
 from .helpers import EVAL, REPO
@@ -45,7 +45,7 @@ class _Cli:
     def __init__(self, log: Path, *args: str) -> None:
         self.log = log
         with log.open("wb") as sink:
-            self.process = subprocess.Popen([sys.executable, "-m", "compactor.cli", *args], cwd=REPO,
+            self.process = subprocess.Popen([sys.executable, "-m", "compactor.ops.cli", *args], cwd=REPO,
                                             stdout=subprocess.DEVNULL, stderr=sink)
 
     def wait(self, timeout: float | None = None) -> int:

@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compactor import Pipeline, get_counter
-from compactor.plugins.chunkers import paragraph_spans
-from compactor.plugins.chunking import is_safe_cut, pack_units, token_windows
-from compactor.sentences import split_sentences
+from compactor.plugins.chunk import paragraph_spans
+from compactor.text.sentences import split_sentences
+from compactor.text.spans import is_safe_cut, pack_units, token_windows
 
 COUNTER = get_counter("cl100k_base")
 WORDS = ["the", "model", "Dr.", "e.g.", "3.14", "failed", "error:", "数据", "模型", "失败了。",

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from compactor import Pipeline
 from compactor.plugins.classify import classify_text, load_tables
-from compactor.plugins.cleaners import normalize_text
-from compactor.prefilter import _LOWER_UNSAFE, Prefilter, required_literals
-from compactor.sentences import detect_lang
+from compactor.plugins.clean import normalize_text
+from compactor.text.prefilter import _LOWER_UNSAFE, Prefilter, required_literals
+from compactor.text.sentences import detect_lang
 
 from .helpers import EVAL, REPO
 

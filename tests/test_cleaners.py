@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactor import Pipeline, Source
-from compactor.plugins.cleaners import normalize_text
+from compactor.plugins.clean import normalize_text
 
 from .helpers import REPO
 
@@ -120,9 +120,9 @@ def zh_edits(text: str) -> list[str]:
 def dedupe(*texts: str, threshold: float = 0.75) -> tuple[list[str], dict[str, int]]:
     """Run clean.dedupe on one source per text; the kept texts and the step's notes."""
     from compactor.document import Context
-    from compactor.plugins.cleaners import DedupeCleaner
+    from compactor.plugins.clean import DedupeCleaner
     from compactor.run import Run, StepRecord
-    from compactor.tokens import get_counter
+    from compactor.text.tokens import get_counter
 
     run = Run(get_counter("cl100k_base"))
     run.step = StepRecord(0, "clean.dedupe", "clean")
@@ -143,7 +143,7 @@ def test_dedupe_drops_edited_copies_and_keeps_distinct_paragraphs() -> None:
 
 
 def test_dedupe_threshold_is_the_jaccard_of_word_bigrams() -> None:
-    from compactor import textsim
+    from compactor.text import similarity as textsim
 
     base = EN_PARAGRAPHS[0]
     words = base.split(" ")
@@ -160,7 +160,7 @@ def test_dedupe_threshold_is_the_jaccard_of_word_bigrams() -> None:
 def brute_force_dedupe(paragraphs: list[str], threshold: float) -> list[str]:
     """First one wins: a paragraph goes when its words repeat, or when its bigram Jaccard with a kept
     paragraph reaches the threshold (every pair compared); paragraphs under 40 characters stay."""
-    from compactor import textsim
+    from compactor.text import similarity as textsim
 
     kept, kept_sets, seen = [], [], set()
     for paragraph in paragraphs:
@@ -248,7 +248,7 @@ def test_dedupe_comparisons_grow_linearly() -> None:
        st.sampled_from([0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.9, 1.0]), st.booleans())
 def test_jaccard_index_finds_every_set_at_the_threshold(sets: list[set[int]], threshold: float,
                                                          counted: bool) -> None:
-    from compactor import textsim
+    from compactor.text import similarity as textsim
 
     index = textsim.JaccardIndex(threshold, textsim.shingle_counts(sets) if counted else None)
     kept: list[set[int]] = []
@@ -263,7 +263,7 @@ def test_jaccard_index_finds_every_set_at_the_threshold(sets: list[set[int]], th
 def test_jaccard_index_at_the_edge_of_the_prefix() -> None:
     """Pairs whose shared shingles come last in the order (largest values, or counted twice while
     the others are counted once), at and around every threshold: the prefix must reach them."""
-    from compactor import textsim
+    from compactor.text import similarity as textsim
 
     thresholds = (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.9, 1.0)
     cases = [(a, b, common, t) for a in range(1, 13) for b in range(1, 13)
@@ -282,7 +282,7 @@ def test_jaccard_index_at_the_edge_of_the_prefix() -> None:
 
 
 def test_words_lower_case_as_each_word_would() -> None:
-    from compactor import textsim
+    from compactor.text import similarity as textsim
 
     texts = ["Plain ASCII, with CAPS and 2024 numbers_and_underscores.",
              "ΟΔΟΣ ΣΟΦΟΚΛΕΟΥΣ'Α ΑΣ.ΒΣ ΣΑ", "İstanbul'da KIRMIZI ıı İİ", "Straße GROẞ ǅemal ǈ",

@@ -86,9 +86,9 @@ def test_written_files_keep_the_target_mode_or_take_the_umask(tmp_path: Path) ->
 
 
 def test_cli_help_and_version_answer_without_loading_the_pipelines() -> None:
-    code = ("import sys\nfrom compactor.cli_parser import run\n"
+    code = ("import sys\nfrom compactor.ops.cli_parser import run\n"
             "try:\n    run(['--version'])\nexcept SystemExit:\n    pass\n"
-            "print('compactor.pipeline' in sys.modules, 'compactor.compacter' in sys.modules)")
+            "print('compactor.pipeline' in sys.modules, 'compactor.apps.compacter' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip().endswith("False False"), done.stdout
     assert "compactor-run" in done.stdout

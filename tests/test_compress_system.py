@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 import compactor
-from compactor.compaction import BudgetError
-from compactor.messages import read_messages, units
+from compactor.formats.compaction import BudgetError
+from compactor.formats.messages import read_messages, units
+from compactor.formats.system_prompt import GAP, render, stable_query
 from compactor.pipeline import Pipeline
-from compactor.system_prompt import GAP, render, stable_query
 
 from .helpers import run_cli
 

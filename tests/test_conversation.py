@@ -12,10 +12,10 @@ import openai
 import pytest
 
 import compactor
-from compactor.compaction import BudgetError
 from compactor.document import Context
-from compactor.inputs import read_paths
-from compactor.messages import conversation_source, read_messages, units
+from compactor.formats.compaction import BudgetError
+from compactor.formats.messages import conversation_source, read_messages, units
+from compactor.formats.records import read_paths
 from compactor.pipeline import Pipeline
 
 from . import openai_server as fake
@@ -548,7 +548,7 @@ def test_parallel_calls_get_their_own_results() -> None:
                {"role": "tool", "tool_call_id": "c2", "content": "a.py b.py"},
                {"role": "tool", "tool_call_id": "c1", "content": "Traceback (most recent call last):\n"
                                                                 "ValueError: bad date"}]
-    from compactor.plugins.history import History
+    from compactor.plugins.compress.history import History
 
     actions = {a.text: a for a in History(read_messages(history)).actions}
     assert actions["bash(command=pytest tests/test_a.py)"].failed

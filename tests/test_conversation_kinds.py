@@ -14,9 +14,9 @@ import pytest
 import compactor
 from compactor import Component, Pipeline, ScoreSet, hookimpl
 from compactor.errors import InputError
-from compactor.messages import read_messages
-from compactor.plugins import history as hx
-from compactor.plugins.conversation_kinds import detect_kind, parse_date, resolve_relative, session_dates
+from compactor.formats.messages import read_messages
+from compactor.plugins.compress import history as hx
+from compactor.plugins.compress.kinds import detect_kind, parse_date, resolve_relative, session_dates
 
 _NOUNS = ("weather", "coffee", "traffic", "music", "garden", "movie", "lunch", "train", "podcast", "rain",
           "bakery", "park", "neighbour", "concert", "market", "library", "bicycle", "museum", "sunset", "tea")
@@ -306,7 +306,7 @@ def test_cli_kind_focus_and_keep_files(tmp_path) -> None:  # type: ignore[no-unt
     history = chat(160, facts={80: "Please handle the refund for order 123 before the audit."})
     path.write_text(json.dumps(history), encoding="utf-8")
     budget = str(compactor.count_message_tokens(history) // 6)
-    run = [sys.executable, "-m", "compactor.cli", "conversation", str(path), "--budget", budget]
+    run = [sys.executable, "-m", "compactor.ops.cli", "conversation", str(path), "--budget", budget]
     done = subprocess.run([*run, "--kind", "meeting", "--focus", "refund order 123"],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr

@@ -7,9 +7,9 @@ import random
 import pytest
 
 from compactor.document import Message
-from compactor.plugins import eight_segment as es
-from compactor.plugins import history as hx
-from compactor.tokens import ApproximateEncoding, TokenCounter, get_counter
+from compactor.plugins.compress import conversation as es
+from compactor.plugins.compress import history as hx
+from compactor.text.tokens import ApproximateEncoding, TokenCounter, get_counter
 
 
 def _plain_paths(text: str) -> list[tuple[int, str]]:

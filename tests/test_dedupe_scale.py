@@ -8,11 +8,11 @@ import functools
 import random
 from typing import Any
 
-from compactor import textsim
 from compactor.document import Context, Source
-from compactor.plugins.cleaners import DedupeCleaner
+from compactor.plugins.clean import DedupeCleaner
 from compactor.run import Run, StepRecord
-from compactor.tokens import get_counter
+from compactor.text import similarity as textsim
+from compactor.text.tokens import get_counter
 
 NAMES = ["Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi", "Ivan", "Judy"]
 CITIES = ["Paris", "Berlin", "Madrid", "Rome", "Vienna", "Prague", "Oslo", "Lisbon"]

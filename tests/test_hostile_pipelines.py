@@ -31,7 +31,7 @@ steps: [{use: compress.select}]
 
 
 def run_check(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "compactor.cli", str(path), "--check"],
+    return subprocess.run([sys.executable, "-m", "compactor.ops.cli", str(path), "--check"],
                           capture_output=True, text=True, timeout=60, cwd=path.parent)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from compactor import InputError
-from compactor.inputs import parse_text, read_paths
+from compactor.formats.records import parse_text, read_paths
 
 
 def test_jsonl_search_results_become_web_pages(tmp_path: Path) -> None:

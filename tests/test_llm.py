@@ -1,4 +1,4 @@
-"""compactor.llm, compactor.fidelity and llm.fallback, against a real local HTTP server.
+"""compactor.llm.client, compactor.text.fidelity and llm.fallback, against a real local HTTP server.
 
 Every test talks HTTP to `tests/openai_server.py` through the real `openai` client: retries,
 Retry-After, timeouts, malformed bodies and concurrency are exercised end to end, never mocked.
@@ -19,10 +19,10 @@ import pytest
 
 from compactor import Component, Pipeline, hookimpl
 from compactor.errors import CompactorError, ConfigError
-from compactor.fidelity import find_invented, invented_facts
-from compactor.llm import LLMClient, LLMError, LLMSettings, parse_retry_after
-from compactor.plugins.llm_fallback import LLMFallback
+from compactor.llm.client import LLMClient, LLMError, LLMSettings, parse_retry_after
+from compactor.plugins.llm import LLMFallback
 from compactor.registry import build_registry
+from compactor.text.fidelity import find_invented, invented_facts
 
 from . import openai_server as fake
 from .openai_server import FakeOpenAI, Reply

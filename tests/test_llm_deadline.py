@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from compactor import Pipeline
-from compactor.llm import LLMClient, LLMError, LLMSettings
+from compactor.llm.client import LLMClient, LLMError, LLMSettings
 
 from . import openai_server as fake
 from .helpers import run_cli

@@ -18,10 +18,10 @@ import pytest
 
 from compactor import Pipeline
 from compactor.errors import ConfigError
-from compactor.fidelity import find_invented, invented_facts, number_values
-from compactor.plugins import llm_guard as guard
-from compactor.sentences import split_sentences
-from compactor.tokens import get_counter
+from compactor.llm import guard
+from compactor.text.fidelity import find_invented, invented_facts, number_values
+from compactor.text.sentences import split_sentences
+from compactor.text.tokens import get_counter
 
 from . import openai_server as fake
 from .helpers import EVAL, run_cli
@@ -264,7 +264,7 @@ def test_fallback_rejects_each_bad_reply_and_says_why(openai_server: FakeOpenAI,
                                                       caplog: pytest.LogCaptureFixture) -> None:
     reply, reason = BAD[kind]
     openai_server.queue(Reply(content=reply))
-    with caplog.at_level(logging.WARNING, logger="compactor.plugins.llm_guard"):
+    with caplog.at_level(logging.WARNING, logger="compactor.llm.guard"):
         context = fallback_pipeline(openai_server).run(ARTICLE, budget=80, query=QUERY)
     assert context.output and context.output.startswith("In region 0, the Orion service")
     assert all(s.id != "llm-fallback" for s in context.segments)
@@ -272,7 +272,7 @@ def test_fallback_rejects_each_bad_reply_and_says_why(openai_server: FakeOpenAI,
     assert d["accepted"] is False and reason in d["rejected"] and d["declined"] is True
     [warning] = d["_warnings"]
     assert warning.startswith("llm.fallback: LLM reply rejected, rule output kept: ") and reason in warning
-    [record] = [r for r in caplog.records if r.name == "compactor.plugins.llm_guard"]
+    [record] = [r for r in caplog.records if r.name == "compactor.llm.guard"]
     assert reason in record.getMessage() and "\n" not in record.getMessage()
     [request] = openai_server.requests
     assert request.json["max_tokens"] == 80  # the budget, on the wire
@@ -280,7 +280,7 @@ def test_fallback_rejects_each_bad_reply_and_says_why(openai_server: FakeOpenAI,
 
 def test_fallback_accepts_a_good_reply(openai_server: FakeOpenAI, caplog: pytest.LogCaptureFixture) -> None:
     openai_server.queue(Reply(content=GOOD))
-    with caplog.at_level(logging.WARNING, logger="compactor.plugins.llm_guard"):
+    with caplog.at_level(logging.WARNING, logger="compactor.llm.guard"):
         context = fallback_pipeline(openai_server).run(ARTICLE, budget=80, query=QUERY)
     assert context.output == GOOD
     d = details(context, "llm.fallback")
@@ -389,7 +389,7 @@ def test_map_reduce_rejects_each_bad_reply_and_keeps_the_rule_result(
         return honest(request)
 
     openai_server.respond = respond
-    with caplog.at_level(logging.WARNING, logger="compactor.plugins.llm_guard"):
+    with caplog.at_level(logging.WARNING, logger="compactor.llm.guard"):
         context = map_reduce(openai_server).run(ARTICLE, query=QUERY)
     d = details(context, "compress.map_reduce")
     assert d["llm_used"] is False
@@ -404,7 +404,7 @@ def test_map_reduce_rejects_each_bad_reply_and_keeps_the_rule_result(
     assert "llm_declined" not in d
     [warning] = d["_warnings"]
     assert warning.startswith("compress.map_reduce: ") and "rule output kept" in warning
-    assert len([r for r in caplog.records if r.name == "compactor.plugins.llm_guard"]) == 1
+    assert len([r for r in caplog.records if r.name == "compactor.llm.guard"]) == 1
 
 
 # -- every caller counts a reply once ---------------------------------------------------------------------
@@ -425,7 +425,7 @@ def test_a_fact_reply_without_a_usable_fact_is_rejected_not_accepted_and_decline
 
 
 def test_complete_many_sends_each_requests_own_max_tokens(openai_server: FakeOpenAI) -> None:
-    from compactor.llm import LLMClient, LLMSettings
+    from compactor.llm.client import LLMClient, LLMSettings
 
     settings = LLMSettings.from_mapping({"model": "m", "base_url": openai_server.base_url,
                                          "api_key": "sk-test", "concurrency": 3}, env={})

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from compactor import Budget, BudgetError, Component, Pipeline, hookimpl
-from compactor.monitor import anomalies, prometheus_text, rolling_stats, stats_text
+from compactor.ops.monitor import anomalies, prometheus_text, rolling_stats, stats_text
 from compactor.store import MemoryStore, SQLiteStore
 
 from .helpers import EVAL, run_cli

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from compactor.monitor import prometheus_text, rolling_stats, stats_text
+from compactor.ops.monitor import prometheus_text, rolling_stats, stats_text
 from compactor.store import MemoryStore, SQLiteStore
 
 from .helpers import run_cli

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from compactor.batch import done_ids, run_batch
+from compactor.ops.batch import done_ids, run_batch
 from compactor.pipeline import read_pipeline_text
 
 from .helpers import EVAL, REPO
@@ -27,13 +27,13 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason=
 # and the watch thread), "watch" (fork, no parent-death signal: the thread alone), "forkserver"
 WRAPPER = """
 import multiprocessing, sys
-import compactor.batch as batch
+import compactor.ops.batch as batch
 way = sys.argv.pop(1)
 if way == "watch":
     batch._parent_death_signal = lambda: False
 elif way == "forkserver":
     multiprocessing.set_start_method("forkserver")
-from compactor.cli import main
+from compactor.ops.cli import main
 sys.argv[0] = "compactor-run"
 raise SystemExit(main())
 """
@@ -139,7 +139,7 @@ def test_dask_local_cluster_runs_when_port_8787_is_taken(tmp_path: Path) -> None
     """`dashboard_address=None` still put the scheduler's HTTP server on 8787: with the port taken
     distributed warned and moved (an error under -W error, as here); now it is a free port."""
     pytest.importorskip("distributed")
-    from compactor.batch import _Dask
+    from compactor.ops.batch import _Dask
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": i, "text": f"Document {i} says the pump restarted at "
@@ -170,7 +170,7 @@ def test_dask_local_cluster_runs_when_port_8787_is_taken(tmp_path: Path) -> None
 def test_a_worker_whose_run_is_already_gone_exits_at_once() -> None:
     """The race the parent-death signal leaves: a worker set up after its run died must not stay."""
     code = ("import sys\n"
-            "from compactor.batch import worker_init\n"
+            "from compactor.ops.batch import worker_init\n"
             "worker_init(int(sys.argv[1]))\n"
             "print('still here')\n")
     gone = subprocess.Popen([sys.executable, "-c", "pass"])

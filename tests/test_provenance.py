@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compactor import Pipeline, Source
-from compactor.plugins.cleaners import normalize_edits, normalize_text
+from compactor.plugins.clean import normalize_edits, normalize_text
 from compactor.provenance import OffsetMap, Rewriter, kept_spans, regex_edit, source_map
 
 CHUNKERS = ("chunk.sentences: {size: 24}", "chunk.sentences: {size: 40, pack: false}",

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compactor import Component, ContextCompacter, Pipeline, Source, hookimpl, resolved_pipeline
-from compactor.inputs import parse_text
-from compactor.plugins.cleaners import (
+from compactor.formats.records import parse_text
+from compactor.plugins.clean import (
     _BLANK_LINES,
     _CONTROL,
     _LINE_ENDS,
@@ -27,8 +27,8 @@ from compactor.plugins.cleaners import (
     normalize_edits,
     normalize_text,
 )
-from compactor.plugins.relevance import index_terms
 from compactor.provenance import OffsetMap
+from compactor.text.relevance import index_terms
 
 
 def _plain_normalize(text: str, form: str) -> str:

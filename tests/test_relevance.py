@@ -7,8 +7,8 @@ from pathlib import Path
 import compactor
 from compactor.document import Source
 from compactor.pipeline import Pipeline, resolved_pipeline
-from compactor.plugins import relevance as rel
-from compactor.plugins.chunkers import SentenceChunker
+from compactor.plugins.chunk import SentenceChunker
+from compactor.text import relevance as rel
 
 QA_ONE_SENTENCE = """version: 1
 name: t
@@ -43,7 +43,7 @@ def test_index_terms_split_han_runs_from_latin_and_digits() -> None:
     assert rel.index_terms("2013年于乐状态") == ("2013", "年于", "于乐", "乐状", "状态")
     assert rel.index_terms("The runners' running") == ("runner", "run")
     assert rel.index_terms("张") == ("张",)
-    assert compactor.plugins.textstats.terms("2013年")[:1] == ["2013"]
+    assert compactor.text.terms.terms("2013年")[:1] == ["2013"]
 
 
 def test_bridge_hop_finds_the_second_hop_sentence() -> None:

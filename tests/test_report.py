@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from compactor import Pipeline
-from compactor.report import PAGE, html_report
+from compactor.ops.report import PAGE, html_report
 
 from .helpers import EVAL, run_cli
 

@@ -20,9 +20,9 @@ import pytest
 import compactor
 from compactor import Pipeline
 from compactor.errors import BudgetError, InputError
-from compactor.messages import read_messages
-from compactor.plugins import history as hx
-from compactor.plugins.conversation_kinds import detect_kind, parse_date, resolve_relative, session_dates
+from compactor.formats.messages import read_messages
+from compactor.plugins.compress import history as hx
+from compactor.plugins.compress.kinds import detect_kind, parse_date, resolve_relative, session_dates
 
 from .test_conversation_kinds import chat, coding_history, small_talk, tool_history
 

@@ -10,8 +10,8 @@ import yaml
 
 from compactor import Pipeline, Source, compress, get_counter
 from compactor.plugins.classify import classify_text, load_tables
-from compactor.plugins.scorers import bm25_scores
-from compactor.plugins.select import mmr_order
+from compactor.plugins.compress.select import mmr_order
+from compactor.plugins.score import bm25_scores
 
 from .helpers import run_cli
 
@@ -76,7 +76,7 @@ def test_relevance_abstains_without_a_query() -> None:
 
 
 def test_bm25_chinese_bigrams_and_k1_b() -> None:
-    from compactor.plugins.textstats import terms
+    from compactor.text.terms import terms
 
     docs = [terms("数据库迁移在凌晨两点超时失败"), terms("今天天气很好，适合散步"), terms("迁移脚本已经修复")]
     scores, _ = bm25_scores(docs, terms("迁移为什么超时"), 1.2, 0.75)

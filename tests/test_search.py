@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from compactor import ContextCompacter, MemoryStore, Pipeline, SQLiteStore, expand
-from compactor.compacter import to_source
+from compactor.apps.compacter import to_source
 from compactor.errors import InputError
-from compactor.plugins.injection import scan
+from compactor.plugins.classify import scan
 
 from . import openai_server as fake
 from .helpers import EVAL, REPO, run_cli

@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from compactor import ContextCompacter, Pipeline
-from compactor.compacter import to_source
+from compactor.apps.compacter import to_source
 from compactor.document import Chunk
-from compactor.plugins import facts as fx
-from compactor.tokens import get_counter
+from compactor.plugins.compress import facts as fx
+from compactor.text.tokens import get_counter
 
 from .helpers import EVAL, REPO
 

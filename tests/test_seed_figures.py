@@ -8,7 +8,7 @@ import pytest
 
 from compactor import Pipeline
 from compactor.components import score_value
-from compactor.plugins.scorers import ImportanceScorer
+from compactor.plugins.score import ImportanceScorer
 
 
 def _observations(n: int) -> str:

@@ -1,4 +1,4 @@
-"""Tests for compactor.sentences: Punkt parity with nltk, Chinese rules, and exact tiling."""
+"""Tests for compactor.text.sentences: Punkt parity with nltk, Chinese rules, and exact tiling."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import compactor.sentences as sentences_mod
-from compactor.sentences import detect_lang, split_sentences
+import compactor.text.sentences as sentences_mod
+from compactor.text.sentences import detect_lang, split_sentences
 
 
 def sents(text: str, lang: str | None = None, **kw: bool) -> list[str]:

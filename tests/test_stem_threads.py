@@ -21,7 +21,7 @@ from typing import TypeVar
 import snowballstemmer
 
 from compactor import Pipeline
-from compactor.plugins import textstats as ts
+from compactor.text import terms as ts
 
 T = TypeVar("T")
 THREADS = 8
@@ -31,7 +31,7 @@ SUFFIXES = ("", "s", "ing", "ed", "ness", "ational", "ization", "fulness", "ly",
 def vocabulary() -> list[str]:
     """About 10k real English word types (the Punkt data's vocabulary), with derived forms that
     walk the stemmer's longer suffix rules."""
-    data = importlib.resources.files("compactor").joinpath("data/punkt_en.json").read_text("utf-8")
+    data = importlib.resources.files("compactor.text").joinpath("data/punkt_en.json").read_text("utf-8")
     words = sorted(w for w in json.loads(data)["ortho_context"] if w.isascii() and w.isalpha())
     rng = random.Random(12)
     derived = {w + rng.choice(SUFFIXES) for w in words}

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from compactor import ContextCompacter, SQLiteStore
-from compactor.compacter import fact_to_dict
+from compactor.apps.compacter import fact_to_dict
 from compactor.store import MemoryStore
 
 from .helpers import EVAL, REPO
@@ -132,7 +132,7 @@ def test_four_compactor_run_processes_keep_every_fact(tmp_path: Path) -> None:
         path = tmp_path / f"results-{k}.jsonl"
         path.write_text("".join(json.dumps(p) + "\n" for p in batch), encoding="utf-8")
         files.append(path)
-    procs = [subprocess.Popen([sys.executable, "-m", "compactor.cli", "deep-search", str(path), "--query",
+    procs = [subprocess.Popen([sys.executable, "-m", "compactor.ops.cli", "deep-search", str(path), "--query",
                                QUERY, "--session", "s", "--store", str(db), "--format", "json"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
              for path in files]
@@ -225,6 +225,6 @@ def test_a_writer_that_skips_the_lock_makes_the_batch_run_again(tmp_path: Path) 
 
 
 def _source(item: dict[str, str]) -> Any:
-    from compactor.compacter import to_source
+    from compactor.apps.compacter import to_source
 
     return to_source(item, 0)

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from compactor import ContextCompacter, Pipeline
-from compactor.compacter import fact_from_dict, fact_to_dict
+from compactor.apps.compacter import fact_from_dict, fact_to_dict
 from compactor.document import Fact
 from compactor.errors import InputError, StoreError
-from compactor.monitor import rolling_stats
+from compactor.ops.monitor import rolling_stats
 from compactor.store import APPLICATION_ID, SCHEMA_VERSION, Batch, MemoryStore, SQLiteStore, open_store
 
 from .helpers import run_cli
@@ -278,7 +278,7 @@ def test_a_read_only_store_gives_one_message_and_still_reads(tmp_path: Path) -> 
     for path in (store, old):
         path.chmod(0o444)
     before = {p: p.read_bytes() for p in (store, old)}
-    cli = [*prefix, sys.executable, "-m", "compactor.cli"]
+    cli = [*prefix, sys.executable, "-m", "compactor.ops.cli"]
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*cli, *args], capture_output=True, text=True, timeout=120)

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 import compactor
-from compactor.messages import read_messages
-from compactor.plugins import history as hx
-from compactor.plugins.eight_segment import allocate, render_sections
-from compactor.tokens import get_counter
+from compactor.formats.messages import read_messages
+from compactor.plugins.compress import history as hx
+from compactor.plugins.compress.conversation import allocate, render_sections
+from compactor.text.tokens import get_counter
 
 from .test_conversation import _call, assert_invariants
 

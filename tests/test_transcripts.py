@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 import compactor
-from compactor.inputs import read_paths
+from compactor.formats.records import read_paths
+from compactor.formats.transcripts import read_results
 from compactor.pipeline import Pipeline
-from compactor.tokens import get_counter
-from compactor.transcripts import read_results
+from compactor.text.tokens import get_counter
 
 from . import openai_server as fake
 from .helpers import run_cli

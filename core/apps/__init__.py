@@ -1,0 +1,2 @@
+"""Applications: thin faces (ContextCompacter, compact_messages, ResearchSession, transcripts)
+over pipelines."""

@@ -1,0 +1,253 @@
+"""A research session that prunes its history when the agent switches topic (seed 001).
+
+    >>> session = ResearchSession([system, instruction], store="research.sqlite")
+    >>> session.add(assistant_message, tool_message)           # search results are recorded
+    >>> reply = client.chat.completions.create(..., messages=session.messages, tools=session.tools())
+    >>> session.handle_tool_call(call)                          # change_research_topic / end_of_research
+
+When the agent calls `change_research_topic(new_topic, reason, search_result_of_current_topic)` the
+session archives the current topic (its search results' URLs and their compressed content, by the
+`deep-search` pipeline's fact-centric strategy, plus the agent's own summary), drops the topic's
+intermediate messages (tool calls, tool results, assistant turns) from the history, and keeps the
+original user instruction and the latest state: the call itself and one state message that lists
+the archived topics. Nothing is lost: the dropped messages are written to the chunk store and the
+state message cites their ids for `expand_context`. Messages people wrote after the instruction are
+kept unless `keep_user_messages=False`.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from compactor.apps.compacter import ContextCompacter
+from compactor.apps.conversation import (
+    EXPAND_TOOL,
+    EXPAND_TOOL_NAME,
+    call_id_of,
+    handle_expand_call,
+    tool_call_parts,
+)
+from compactor.errors import InputError
+from compactor.formats.messages import as_mapping, conversation_source, message_chunks, parse_message, units
+from compactor.store import Batch, ChunkStore, open_store
+from compactor.text.tokens import get_counter
+
+CHANGE_TOPIC = "change_research_topic"
+END_RESEARCH = "end_of_research"
+CHANGE_TOPIC_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": CHANGE_TOPIC,
+        "description": ("Switch to a new research sub-topic. The current topic's search results are "
+                        "archived and its intermediate messages are removed from the conversation."),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "new_topic": {"type": "string", "description": "the next sub-topic to research"},
+                "reason": {"type": "string", "description": "why the switch"},
+                "search_result_of_current_topic": {"type": "string",
+                                                   "description": "what the current topic found"},
+            },
+            "required": ["new_topic"],
+        },
+    },
+}
+END_RESEARCH_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {"name": END_RESEARCH,
+                 "description": "Stop researching: every topic has what the user's question needs.",
+                 "parameters": {"type": "object", "properties": {}}},
+}
+
+
+class ResearchSession:
+    """The topic, the archive of search results per topic, and a history pruned on topic switches."""
+
+    def __init__(self, messages: Iterable[Any] = (), *, topic: str | None = None,
+                 store: str | ChunkStore | None = None, session: str | None = None,
+                 query: str | None = None, strategy: str = "fact_centric",
+                 pipeline: str = "deep-search", keep_user_messages: bool = True) -> None:
+        self.store = open_store(store)
+        self.session = session or f"research-{uuid.uuid4().hex[:12]}"
+        self.topic = topic
+        self.query = query
+        self.strategy = strategy
+        self.pipeline = pipeline
+        self.keep_user_messages = keep_user_messages
+        self.messages: list[dict[str, Any]] = []
+        #: One entry per finished topic: topic, useful_webpages, compressed_content, agent_summary,
+        #: reason, fact ids, dropped message ids (the seed's `state.search_results`).
+        self.search_results: list[dict[str, Any]] = []
+        self._pending: list[dict[str, Any]] = []
+        self._topic_start = 0
+        self.add(*messages)
+        self._topic_start = len(self.messages)
+
+    def __repr__(self) -> str:
+        return (f"ResearchSession(topic={self.topic!r}, messages={len(self.messages)}, "
+                f"archived_topics={len(self.search_results)})")
+
+    # -- growing the history ---------------------------------------------------------------------
+
+    def add(self, *messages: Any) -> None:
+        """Append messages (dicts, SDK objects); tool results that are search results are recorded
+        for the current topic."""
+        for position, item in enumerate(messages):
+            data = dict(as_mapping(item, f"message {len(self.messages) + position}"))
+            parse_message(data, f"message {len(self.messages)}")  # validates role and content
+            self.messages.append(data)
+            if data.get("role") in ("tool", "function"):
+                self.record_search_results(_search_results(data.get("content")))
+
+    def record_search_results(self, results: Iterable[Mapping[str, Any] | tuple[str, str]]) -> None:
+        """Search results (`{url, content, title?}` or `(url, content)`) for the current topic."""
+        for result in results:
+            if isinstance(result, tuple):
+                url, content = result
+                result = {"url": url, "content": content}
+            if isinstance(result.get("content"), str) and result["content"].strip():
+                self._pending.append({"url": result.get("url"), "content": result["content"],
+                                      "title": result.get("title"), "topic": self.topic})
+
+    @staticmethod
+    def tools() -> list[dict[str, Any]]:
+        """The OpenAI tool definitions this session answers: topic switch, end, expand."""
+        return [CHANGE_TOPIC_TOOL, END_RESEARCH_TOOL, EXPAND_TOOL]
+
+    # -- the seed's tools --------------------------------------------------------------------------
+
+    def change_topic(self, new_topic: str, reason: str = "",
+                     search_result_of_current_topic: str | None = None) -> dict[str, Any]:
+        """Archive the current topic, drop its intermediate messages, start `new_topic`.
+
+        Returns the archive entry of the topic that ended. When the last assistant message is the
+        call that asked for the switch, it stays and `handle_tool_call` answers it with the state.
+        """
+        if not isinstance(new_topic, str) or not new_topic.strip():
+            raise InputError("change_research_topic needs a non-empty `new_topic`")
+        entry = self._archive(reason, search_result_of_current_topic)
+        self.topic = new_topic.strip()
+        return entry
+
+    def end_of_research(self, search_result_of_current_topic: str | None = None) -> list[dict[str, Any]]:
+        """Archive the current topic (if it found anything) and return every topic's archive."""
+        if self._pending or search_result_of_current_topic:
+            self._archive("end of research", search_result_of_current_topic, prune=False)
+        return list(self.search_results)
+
+    def handle_tool_call(self, call: Any) -> dict[str, Any]:
+        """Answer a call to one of `tools()` and append the tool message to the history."""
+        call_id = call_id_of(call)
+        try:
+            _, name, args = tool_call_parts(call)
+            if name == EXPAND_TOOL_NAME:
+                content = handle_expand_call(call, self.store)["content"]
+            elif name == CHANGE_TOPIC:
+                entry = self.change_topic(str(args.get("new_topic") or ""), str(args.get("reason") or ""),
+                                          args.get("search_result_of_current_topic"))
+                content = self.state_text(entry)
+            elif name == END_RESEARCH:
+                archive = self.end_of_research(args.get("search_result_of_current_topic"))
+                content = json.dumps({"topics": [{"topic": e["topic"], "pages": len(e["useful_webpages"])}
+                                                 for e in archive]}, ensure_ascii=False)
+            else:
+                content = f"error: unknown tool {name!r}"
+        except InputError as exc:
+            content = f"error: {exc}"
+        message = {"role": "tool", "tool_call_id": call_id, "content": content}
+        self.messages.append(message)
+        return message
+
+    def state_text(self, entry: Mapping[str, Any] | None = None) -> str:
+        """The latest state: the current topic, every archived topic, and how to expand what was
+        dropped."""
+        lines = [f"Current research topic: {self.topic}."]
+        if entry is not None:
+            lines.append(f"Archived topic {entry['topic']!r} ({entry['reason'] or 'no reason given'}): "
+                         f"{len(entry['useful_webpages'])} page(s), {len(entry['fact_ids'])} fact(s).")
+            if entry["dropped_ids"]:
+                first, last = entry["dropped_ids"][0], entry["dropped_ids"][-1]
+                ids = f"{first}..{last.rsplit('-', 1)[1]}" if first != last else first
+                lines.append(f"Its {len(entry['dropped_ids'])} intermediate message(s) were removed; "
+                             f"expand_context(ids=[\"{ids}\"]) returns them.")
+        if self.search_results:
+            lines.append("Archived topics: " + "; ".join(
+                f"{e['topic']} ({len(e['useful_webpages'])} pages)" for e in self.search_results) + ".")
+        return "\n".join(lines)
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _archive(self, reason: str, agent_summary: str | None, prune: bool = True) -> dict[str, Any]:
+        urls = list(dict.fromkeys(r["url"] for r in self._pending if r.get("url")))
+        compressed, fact_ids = "", []
+        if self._pending:
+            compacter = ContextCompacter(self.strategy, store=self.store, pipeline=self.pipeline,
+                                         session=f"{self.session}:{len(self.search_results)}",
+                                         query=self.topic or self.query)
+            compacter.process_search_results(self._pending)
+            compressed = compacter.checklist_text()
+            fact_ids = [f.id for f in compacter.facts] if compacter.strategy == "fact_centric" else []
+        dropped_ids = self._prune() if prune else []
+        entry = {"topic": self.topic or "(no topic)", "reason": reason, "useful_webpages": urls,
+                 "compressed_content": compressed, "agent_summary": agent_summary, "fact_ids": fact_ids,
+                 "dropped_ids": dropped_ids}
+        self.search_results.append(entry)
+        self._pending = []
+        return entry
+
+    def _prune(self) -> list[str]:
+        """Drop the current topic's intermediate messages (and earlier state messages); keep system
+        messages, the original instruction, people's messages and the unit that asks for the switch."""
+        parsed = [parse_message(m, f"message {i}") for i, m in enumerate(self.messages)]
+        tiles = units(parsed)
+        first_user = next((i for i, m in enumerate(parsed) if m.role == "user"), None)
+        switch = tiles[-1] if tiles and _is_switch(parsed[tiles[-1].start]) else None
+        keep: set[int] = set()
+        for unit in tiles:
+            message = parsed[unit.start]
+            if unit is switch:
+                keep.update(range(unit.start, unit.end))
+            elif message.role in ("system", "developer") or unit.start == first_user:
+                keep.add(unit.start)
+            elif unit.start < self._topic_start and not _is_switch(message):
+                keep.update(range(unit.start, unit.end))
+            elif self.keep_user_messages and message.role == "user" and len(unit) == 1 and unit.complete:
+                keep.add(unit.start)
+        dropped = [i for i in range(len(parsed)) if i not in keep]
+        ids: list[str] = []
+        if dropped:
+            source = conversation_source([parsed[i] for i in dropped], f"{self.session}:topic")
+            chunks = message_chunks(source, get_counter())
+            self.store.commit_batch(self.session, Batch(sources=(source,), chunks=chunks,
+                                                        report={"kind": "topic switch"}))
+            ids = [c.id for c in chunks]
+        self.messages = [self.messages[i] for i in sorted(keep)]
+        self._topic_start = len(self.messages)
+        return ids
+
+
+def _is_switch(message: Any) -> bool:
+    return any((c.get("function") or {}).get("name") == CHANGE_TOPIC
+               for c in message.tool_calls if isinstance(c, Mapping))
+
+
+def _search_results(content: Any) -> list[dict[str, Any]]:
+    """Search results in a tool result: a JSON list of `{url, content}` (or `raw_content`), bare or
+    under `"results"` as Tavily returns them."""
+    if not isinstance(content, str) or not content.lstrip().startswith(("[", "{")):
+        return []
+    try:
+        data = json.loads(content)
+    except json.JSONDecodeError:
+        return []
+    if isinstance(data, dict):
+        data = data.get("results")
+    found = []
+    for item in data if isinstance(data, list) else []:
+        text = item.get("content") or item.get("raw_content") if isinstance(item, dict) else None
+        if isinstance(text, str) and isinstance(item.get("url"), str):
+            found.append({"url": item["url"], "content": text, "title": item.get("title")})
+    return found

@@ -1,0 +1,1 @@
+"""Input and output formats: records, messages, compacted histories, HTML, system prompts."""

@@ -1,0 +1,138 @@
+"""Which messages of a history stay verbatim and which are summarised: the compaction plan.
+
+The plan keeps a prefix (the system messages and, when it is cheap, the first user request) and a
+suffix (the last `keep_last` units) byte for byte, and hands everything between to a summariser with
+an exact token allowance. Prefix and suffix never split a tool call from its results (`units`), so
+the list that goes back to the model has no orphan call or result; and keeping the prefix unchanged
+lets a provider's prompt cache survive the compaction. The plan is framework code, shared by
+`compress.eight_segment` (which writes the summary) and the message renderers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from compactor.document import Message
+from compactor.errors import BudgetError
+from compactor.formats.messages import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, Unit, answers, to_dict, units
+
+#: The kinds of history compacted differently (`compress.eight_segment`'s `kind`).
+KINDS: tuple[str, ...] = ("coding", "tool", "chat", "meeting")
+#: Summary marker: the first characters of every summary message compactor writes.
+SUMMARY_MARK = "[compactor]"
+#: The smallest summary: the short marker line with the expand ids (at most ~45 tokens).
+MIN_SUMMARY_TOKENS = 48
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Message indices kept at the head and tail, the dropped ones, and the summary's allowance."""
+
+    head: tuple[int, ...]
+    tail: tuple[int, ...]
+    dropped: tuple[int, ...]
+    summary_tokens: int
+    original_tokens: int
+    unchanged: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+
+def plan_compaction(messages: Sequence[Message], costs: Sequence[int], budget: int, *,
+                    keep_last: int = 4, keep_first: bool = True, head_share: float = 0.25,
+                    tail_share: float | None = None, summary_role_tokens: int = 1) -> Plan:
+    """Choose the verbatim head and tail for `budget` tokens (costs are per-message tokens).
+
+    The tail may take `tail_share` of the room the head leaves; by default half of it, less when
+    the room is small (a small room is better spent on the summary's dense lines).
+
+    Raises BudgetError only when the system messages plus a minimal summary cannot fit; any history,
+    however long, otherwise fits (the summariser gets whatever the verbatim parts leave).
+    """
+    total = TOKENS_PER_REPLY + sum(costs)
+    if total <= budget:
+        everything = tuple(range(len(messages)))
+        return Plan(everything, (), (), 0, total, unchanged=True)
+    tiles = units(messages)
+    head: list[Unit] = []
+    position = 0
+    while position < len(tiles) and _is_system(messages, tiles[position]):
+        head.append(tiles[position])
+        position += 1
+    system_cost = sum(_cost(costs, u) for u in head)
+    summary_overhead = TOKENS_PER_MESSAGE + summary_role_tokens
+    floor = TOKENS_PER_REPLY + system_cost + summary_overhead + MIN_SUMMARY_TOKENS
+    if floor > budget:
+        raise BudgetError(f"a budget of {budget} tokens cannot hold the system message(s) ({system_cost} "
+                          f"tokens) and a minimal summary ({summary_overhead + MIN_SUMMARY_TOKENS}); "
+                          f"use a budget of at least {floor}")
+    notes: list[str] = []
+    if keep_first and position < len(tiles):
+        first = tiles[position]
+        first_cost = _cost(costs, first)
+        if (first.complete and messages[first.start].role == "user" and answers(messages[first.start]) is None
+                and first_cost <= head_share * (budget - floor + MIN_SUMMARY_TOKENS)
+                and position + 1 < len(tiles)):
+            head.append(first)
+            position += 1
+        else:
+            notes.append("first user message summarised (too long to keep verbatim)")
+    head_cost = sum(_cost(costs, u) for u in head)
+    room = budget - TOKENS_PER_REPLY - head_cost - summary_overhead
+    tail: list[Unit] = []
+    tail_cost = 0
+    share = max(0.25, 0.5 * min(1.0, room / 2000)) if tail_share is None else tail_share
+    cap = max(0, min(int(room * share), room - MIN_SUMMARY_TOKENS))
+    for unit in reversed(tiles[position:]):
+        if len(tail) >= keep_last:
+            break
+        cost = _cost(costs, unit)
+        if not unit.complete or tail_cost + cost > cap:
+            if not tail:
+                notes.append("latest turn summarised (too long to keep verbatim)")
+            break
+        tail.append(unit)
+        tail_cost += cost
+    tail.reverse()
+    head_end = head[-1].end if head else 0
+    tail_start = tail[0].start if tail else len(messages)
+    kept_head = tuple(i for u in head for i in range(u.start, u.end))
+    kept_tail = tuple(i for u in tail for i in range(u.start, u.end))
+    dropped = tuple(range(head_end, tail_start))
+    return Plan(kept_head, kept_tail, dropped, room - tail_cost, total, notes=tuple(notes))
+
+
+def _is_system(messages: Sequence[Message], unit: Unit) -> bool:
+    return len(unit) == 1 and messages[unit.start].role in ("system", "developer")
+
+
+def _cost(costs: Sequence[int], unit: Unit) -> int:
+    return sum(costs[unit.start:unit.end])
+
+
+def assemble(messages: Sequence[Message], plan: Mapping[str, Any], summary: str | None,
+             summary_role: str = "user") -> list[dict[str, Any]]:
+    """The message list to send: head verbatim, the summary message, tail verbatim. A system
+    message the plan shortened (`plan["system"]`: index -> text) goes out with its new text."""
+    replaced = {int(i): str(text) for i, text in (plan.get("system") or {}).items()}
+
+    def copy(i: int) -> dict[str, Any]:
+        data = to_dict(messages[i])
+        if i in replaced:
+            data["content"] = replaced[i]
+        return data
+
+    if plan.get("unchanged") or summary is None:
+        return [copy(i) for i in range(len(messages))]
+    out = [copy(i) for i in plan["head"]]
+    out.append({"role": summary_role, "content": summary})
+    out.extend(copy(i) for i in plan["tail"])
+    return out
+
+
+def plan_dict(plan: Plan) -> dict[str, Any]:
+    """A plan as JSON-ready data (how it travels in `Context.meta`)."""
+    return {"head": list(plan.head), "tail": list(plan.tail), "dropped": list(plan.dropped),
+            "summary_tokens": plan.summary_tokens, "original_tokens": plan.original_tokens,
+            "unchanged": plan.unchanged, "notes": list(plan.notes)}

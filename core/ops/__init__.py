@@ -1,0 +1,1 @@
+"""Operations: the CLI, batch runs, HTML reports and the run monitor."""

@@ -1,0 +1,425 @@
+"""Batch mode: a pipeline over a JSONL corpus, streamed in and out, resumable, on processes or Dask.
+
+    compactor-run pipeline.yaml corpus.jsonl --out results.jsonl                  # process pool
+    compactor-run pipeline.yaml corpus.jsonl --out results.jsonl --executor dask  # local cluster
+    compactor-run pipeline.yaml corpus.jsonl --out results.jsonl --executor dask --scheduler tcp://h:8786
+
+Every input line is one document `{"id", ...}`: `text`, `content` (+ `url`), `html`, `messages` (a
+conversation) or `segments` (a transcript), with optional `query` and `budget`. Every output line is
+`{"id", "ok", "output", "input_tokens", "output_tokens", "seconds"}` or `{"id", "ok": false,
+"error"}`, written as soon as it is known, in input order. Memory is bounded by the number of
+documents in flight, not by the corpus. On restart, ids already in the output are skipped (a torn
+last line from a crash is cut off first), so no document is lost or written twice. Pool workers
+die with the run, however it ends (`worker_init`), so a killed run leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+from compactor.errors import CompactorError, InputError
+
+Executor = Literal["serial", "local", "dask"]
+
+
+@dataclass(slots=True)
+class BatchStats:
+    """What a batch run did."""
+
+    read: int = 0
+    skipped: int = 0
+    done: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    bytes_in: int = 0
+    interrupted: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+# -- documents -------------------------------------------------------------------------------------
+
+
+def document_sources(record: Mapping[str, Any], where: str) -> list[Any]:
+    """The sources of one corpus record."""
+    from compactor.document import Source
+    from compactor.formats.messages import conversation_source, read_messages
+    from compactor.formats.transcripts import read_results
+
+    uri = record.get("url") or record.get("uri")
+    if isinstance(record.get("messages"), list):
+        return [conversation_source(read_messages(record["messages"], where), str(record.get("id")))]
+    if isinstance(record.get("segments"), list):
+        return read_results({"filename": record.get("filename") or record.get("id"),
+                             "segments": record["segments"]}, where)
+    for key, kind in (("html", "web_page"), ("content", None), ("text", "text")):
+        value = record.get(key)
+        if isinstance(value, str):
+            if not value.strip():
+                raise InputError(f"{where}: `{key}` is empty")
+            return [Source.from_text(value, kind=kind or ("web_page" if uri else "text"),
+                                     uri=str(uri) if uri else None, title=record.get("title"))]
+    raise InputError(f"{where}: a document needs `text`, `content`, `html`, `messages` or `segments`")
+
+
+@functools.lru_cache(maxsize=4)
+def _pipeline(text: str, label: str, runs: str | None = None) -> Any:
+    """The pipeline, built once per process; with `runs` (a SQLite path) every run is recorded."""
+    from compactor.pipeline import Pipeline
+
+    pipeline = Pipeline.from_string(text, file=label)
+    if runs:
+        pipeline.record_runs(runs)
+    return pipeline
+
+
+def run_document(pipeline: tuple[str, ...], record: Mapping[str, Any], line: int,
+                 output_format: str | None = None,
+                 defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Compress one record (in whichever process runs it); never raises for a bad document. The
+    record's `query` and `budget` win over `defaults` (the command line's)."""
+    record = {**(defaults or {}), **record}
+    if "_error" in record:
+        return {"id": record.get("id"), "ok": False, "error": record["_error"], "seconds": 0.0}
+    started = time.perf_counter()
+    doc_id = record.get("id")
+    try:
+        runner = _pipeline(*pipeline)
+        sources = document_sources(record, f"line {line}")
+        budget = record.get("budget")
+        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0):
+            raise InputError(f"line {line}: `budget` must be a positive integer, not {budget!r}")
+        context = runner.run(sources, query=record.get("query"), budget=budget, output_format=output_format)
+        return {"id": doc_id, "ok": True, "output": context.output,
+                "input_tokens": context.meta.get("input_tokens"), "output_tokens": context.output_tokens,
+                "seconds": round(time.perf_counter() - started, 6)}
+    except CompactorError as exc:
+        return {"id": doc_id, "ok": False, "error": str(exc),
+                "seconds": round(time.perf_counter() - started, 6)}
+    except Exception as exc:  # one broken document must not stop a million others
+        return {"id": doc_id, "ok": False, "error": f"{type(exc).__name__}: {exc}",
+                "seconds": round(time.perf_counter() - started, 6)}
+
+
+# -- reading and resuming --------------------------------------------------------------------------
+
+
+def id_key(value: Any) -> str:
+    """How an id is compared on resume: its JSON form, so `1` and `"1"` stay different ids."""
+    return json.dumps(value, ensure_ascii=True, sort_keys=True)
+
+
+def done_ids(out: Path) -> set[str]:
+    """Keys (`id_key`) of the ids already written to `out`. Only a torn last line (a crash in the
+    middle of a write) is cut off; anything else that is not a result line is an error, so a wrong
+    `--out` (the corpus itself, another tool's file) is never truncated."""
+    if not out.exists():
+        return set()
+    ids: set[str] = set()
+    with out.open("rb+") as handle:
+        good = 0
+        for number, raw in enumerate(handle, 1):
+            if not raw.endswith(b"\n"):
+                handle.truncate(good)  # the torn last line
+                break
+            try:
+                record = json.loads(raw)
+                if not isinstance(record, dict) or "id" not in record or "ok" not in record:
+                    raise ValueError
+            except ValueError:
+                raise InputError(f"{out}:{number}: not a compactor result line; refusing to append to "
+                                 "this file (is --out pointing at the right file?)") from None
+            ids.add(id_key(record["id"]))
+            good += len(raw)
+    return ids
+
+
+def read_corpus(path: Path, stats: BatchStats) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) per JSONL line, streamed; records without an id get `line-<n>`. A line
+    that is not a JSON object becomes a record whose `_error` says why (it is reported, not fatal)."""
+    try:
+        handle = path.open("rb") if str(path) != "-" else sys.stdin.buffer
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    with handle:
+        for number, raw in enumerate(handle, 1):
+            stats.bytes_in += len(raw)
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+                record = {"id": f"line-{number}", "_error": f"{path}:{number}: invalid JSON line: {detail}"}
+            if not isinstance(record, dict):
+                record = {"id": f"line-{number}", "_error": f"{path}:{number}: expected a JSON object"}
+            record.setdefault("id", f"line-{number}")
+            yield number, record
+
+
+# -- executors -------------------------------------------------------------------------------------
+
+
+class _Serial:
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        future.set_result(fn(*args))
+        return future
+
+    def close(self) -> None:
+        pass
+
+
+# -- workers die with their parent -----------------------------------------------------------------
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+WATCH_SECONDS = 0.5  # how often a worker checks that the batch run is still there
+
+
+def _parent_death_signal() -> bool:
+    """Linux: the kernel sends this process SIGKILL when its parent exits (`prctl`); False where
+    that is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # pragma: no cover - no libc prctl
+        return False
+
+
+def _alive(pid: int) -> bool:
+    if os.name != "posix":  # pragma: no cover - os.kill(pid, 0) terminates the process on Windows
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - someone else's process now has this pid
+        return True
+    return True
+
+
+def _orphaned(parent: int, run: int) -> bool:
+    """Whether the batch run (pid `run`) is gone: this process was handed to another parent than
+    `parent` (the run, or the forkserver, which exits with the run), or no process has that pid."""
+    return os.getppid() != parent or not _alive(run)
+
+
+def _watch(parent: int, run: int) -> None:
+    """A worker's thread: ends the worker once the run is gone."""
+    if os.name != "posix":  # pragma: no cover - no reparenting: wait on the parent's handle
+        import multiprocessing
+        from multiprocessing.connection import wait
+
+        process = multiprocessing.parent_process()
+        if process is not None:
+            wait([process.sentinel])
+            os._exit(1)
+        return
+    while not _orphaned(parent, run):
+        time.sleep(WATCH_SECONDS)
+    os._exit(1)  # the run is gone: nobody will write this worker's results
+
+
+def worker_init(run: int, forkserver: bool = False) -> None:
+    """Process-pool initializer: the worker dies with the batch run (pid `run`), so a run killed
+    with SIGKILL leaves no workers behind, computing results nobody writes. Linux: a parent-death
+    signal; everywhere: a thread that checks every `WATCH_SECONDS` that the parent is still there.
+    With the forkserver start method the parent is the forkserver, which exits with the run."""
+    parent = os.getppid() if forkserver else run
+    _parent_death_signal()
+    if _orphaned(parent, run):  # gone before the signal was set up: it will never come
+        os._exit(1)
+    import threading
+
+    threading.Thread(target=_watch, args=(parent, run), name="compactor-parent-watch", daemon=True).start()
+
+
+def _process_pool(workers: int) -> ProcessPoolExecutor:
+    import multiprocessing
+
+    forkserver = multiprocessing.get_start_method() == "forkserver"
+    return ProcessPoolExecutor(max_workers=workers, initializer=worker_init,
+                               initargs=(os.getpid(), forkserver))
+
+
+class _Dask:
+    """Documents as independent Dask tasks; a task lost with its worker is run again elsewhere."""
+
+    def __init__(self, scheduler: str | None, workers: int) -> None:
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:
+            raise CompactorError("--executor dask needs the `distributed` package: "
+                                 "pip install 'compactor[dask]'") from None
+        self.cluster = None
+        if scheduler:
+            self.client = Client(scheduler, timeout="30s")
+        else:
+            # no dashboard, and the scheduler's HTTP server (which `dashboard_address=None` still
+            # puts on port 8787, failing when that port is taken) on a free loopback port
+            self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                        dashboard_address="127.0.0.1:0",
+                                        scheduler_kwargs={"dashboard": False})
+            self.client = Client(self.cluster)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self.client.submit(fn, *args, pure=False, retries=3)
+
+    def close(self) -> None:
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+def _executor(kind: Executor, workers: int, scheduler: str | None) -> Any:
+    if kind == "serial":
+        return _Serial()
+    if kind == "dask":
+        return _Dask(scheduler, workers)
+    return _process_pool(workers)
+
+
+def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, executor: Executor = "local",
+              workers: int | None = None, scheduler: str | None = None, window: int | None = None,
+              output_format: str | None = None, query: str | None = None, budget: int | None = None,
+              runs: str | None = None, progress: TextIO | None = None) -> BatchStats:
+    """Run the pipeline over every record of `corpus` not yet in `out`, appending results in input
+    order (`runs`: a SQLite store where every document's run is recorded, `compactor.ops.monitor`).
+    At most `window` documents (default 4 per worker) are in flight or waiting to be
+    written, whatever the corpus size. A process-pool worker that dies is replaced and its
+    documents run again (up to 3 times); Dask does the same for its workers."""
+    from compactor.pipeline import Pipeline
+
+    Pipeline.from_string(pipeline_text, file=label)  # configuration errors before any work
+    workers = workers or os.cpu_count() or 1
+    window = window or 4 * workers
+    stats = BatchStats()
+    defaults = {k: v for k, v in (("query", query), ("budget", budget)) if v is not None}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("a", encoding="utf-8", errors="backslashreplace") as sink:
+        skip = done_ids(out)
+        _lock(sink, out)  # after done_ids: closing any descriptor of the file drops a POSIX lock
+        seen: dict[str, int] = {}
+        started = time.perf_counter()
+        pool = _executor(executor, workers, scheduler)
+        pending: dict[Any, tuple[int, tuple[Any, ...]]] = {}
+        ready: dict[int, dict[str, Any]] = {}
+        restarts = 0
+        next_to_write = 0
+        order = 0
+        last_shown = 0.0
+
+        def flush() -> None:
+            nonlocal next_to_write
+            while next_to_write in ready:
+                result = ready.pop(next_to_write)
+                sink.write(json.dumps(result, ensure_ascii=False, default=str) + "\n")
+                next_to_write += 1
+            sink.flush()
+
+        def collect(block: bool) -> None:
+            nonlocal pool, restarts
+            futures = list(pending)
+            if executor == "dask":
+                from distributed import wait as dask_wait
+
+                finished = dask_wait(futures, return_when="FIRST_COMPLETED").done if block else [
+                    f for f in futures if f.done()]
+            else:
+                finished = wait(futures, return_when=FIRST_COMPLETED).done if block else [
+                    f for f in futures if f.done()]
+            for future in finished:
+                if future not in pending:
+                    continue
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    if restarts >= 3:
+                        raise CompactorError("the process pool broke 3 times; giving up") from None
+                    restarts += 1  # a worker died: a new pool runs everything that was in flight
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    pool = _executor(executor, workers, scheduler)
+                    for old, (position, args) in list(pending.items()):
+                        del pending[old]
+                        pending[pool.submit(run_document, *args)] = (position, args)
+                    return
+                position, _ = pending.pop(future)
+                ready[position] = result
+                stats.done += 1
+                if not result.get("ok"):
+                    stats.failed += 1
+                    if len(stats.errors) < 20:
+                        stats.errors.append(f"{result.get('id')}: {result.get('error')}")
+            flush()
+
+        try:
+            for number, record in read_corpus(corpus, stats):
+                stats.read += 1
+                key = id_key(record["id"])
+                if key in skip:
+                    stats.skipped += 1
+                    continue
+                if key in seen:
+                    record = {"id": record["id"], "_error": f"line {number}: duplicate id (first on line "
+                                                          f"{seen[key]}); ids must be unique to resume"}
+                seen.setdefault(key, number)
+                args = ((pipeline_text, label, runs), record, number, output_format, defaults)
+                pending[pool.submit(run_document, *args)] = (order, args)
+                order += 1
+                while len(pending) + len(ready) >= window:  # finished results wait for slow ones
+                    collect(block=True)
+                collect(block=False)
+                if progress is not None and time.perf_counter() - last_shown > 1.0:
+                    last_shown = time.perf_counter()
+                    _show(progress, stats, last_shown - started)
+            while pending:
+                collect(block=True)
+        except KeyboardInterrupt:
+            stats.interrupted = True
+            for future in pending:
+                future.cancel()
+        finally:
+            flush()
+            if isinstance(pool, ProcessPoolExecutor):
+                pool.shutdown(wait=not stats.interrupted, cancel_futures=True)
+            else:
+                pool.close()
+    stats.seconds = time.perf_counter() - started
+    if progress is not None:
+        _show(progress, stats, stats.seconds, end="\n")
+    return stats
+
+
+def _lock(sink: TextIO, out: Path) -> None:
+    """One run per output file: a second run on the same --out stops at once."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return
+    try:
+        # a POSIX record lock: unlike flock, pool workers forked later do not inherit it, so a
+        # killed run's orphaned workers cannot keep the file locked
+        fcntl.lockf(sink.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        raise InputError(f"{out}: another compactor-run is writing to this file") from None
+
+
+def _show(stream: TextIO, stats: BatchStats, seconds: float, end: str = "") -> None:
+    rate = stats.done / seconds if seconds > 0 else 0.0
+    stream.write(f"\rcompactor-run: {stats.done} done ({stats.failed} failed), {stats.skipped} skipped, "
+                 f"{rate:.1f} docs/s, {stats.bytes_in / 1e6 / max(seconds, 1e-9):.2f} MB/s{end}")
+    stream.flush()

@@ -1,0 +1,1 @@
+"""Text primitives: tokens, spans, sentences, terms, similarity, relevance, the fact grammar."""

@@ -1,0 +1,377 @@
+"""The query-aware relevance engine behind `score.relevance` (and everything that selects by it).
+
+Why not plain BM25 over sentences: a sentence says "he" where the question names the person, the
+answer of a two-hop question shares no word with the question, and a "when" question wants the
+sentence with the date. So each chunk's value combines
+
+* BM25 of the chunk (Okapi, stemmed English words without stop words; Chinese character bigrams,
+  which match words without a dictionary; fragments under a few words are damped, since their
+  length normalisation would otherwise put them on top);
+* BM25 of its passage (a paragraph of its source, title included): a sentence inherits the evidence
+  of the passage it sits in, and the first sentence of a passage (the one naming its subject) more so;
+* the best of its neighbours in the passage (short adjacent context often carries the answer);
+* bridge hops (pseudo-relevance feedback on entities): the names in the best first-hop sentences
+  that the question does not contain become a second query, together with the question terms that
+  sentence did not match; a chunk that holds such a bridge name scores up to the first-hop
+  sentence's value. Two expansions reach three-hop questions;
+* an answer-type cue: "when / 什么时候" favours chunks holding a date, "how many / 多少" a number,
+  "who / where" a name.
+
+The index is an inverted list built once per context, so a query touches only the postings of
+its own terms; building it is one pass over the chunk terms.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import regex
+
+from compactor.document import Chunk, Source
+from compactor.text import terms as ts
+
+_TOKEN = regex.compile(r"(?V1)\p{Han}+|[[\p{L}\p{N}]--\p{Han}][[\p{L}\p{N}'_\-]--\p{Han}]*")
+_SPLIT = regex.compile(r"['\-]+")
+_PARAGRAPH = regex.compile(r"\n[ \t]*\n\s*")
+
+_WHEN = regex.compile(r"^\s*(?:when|what year|in (?:what|which) year|what date|how long ago)\b"
+                      r"|\bwhen\b|何时|什么时候|哪一年|哪年|几月|哪天|哪一天|多久|什么时间|何年",
+                      regex.IGNORECASE)
+_HOW_MANY = regex.compile(r"\bhow (?:many|much|long|old|far|big|tall|large|high|often)\b"
+                          r"|\bwhat (?:percentage|number|amount|proportion)\b"
+                          r"|多少|几个|几位|几种|几次|几岁|多大|多长|多高|多远|多重|百分之", regex.IGNORECASE)
+_WHO = regex.compile(r"^\s*(?:who|whom|whose)\b|\bwho(?:m|se)?\b|谁|哪位|什么人|哪个人", regex.IGNORECASE)
+_WHERE = regex.compile(r"^\s*where\b|\bwhere\b|哪里|哪儿|何处|什么地方|哪个(?:国家|城市|地区|省)",
+                       regex.IGNORECASE)
+_YEAR = regex.compile(r"\b(?:1[0-9]|20)\d{2}\b|\d{1,4}\s?年|\d{1,2}\s?月|\d{1,2}\s?日")
+_DIGIT = regex.compile(r"\d|[一二三四五六七八九十百千万亿两]+[个位种次岁名人年]")
+# A capitalised name not at the start of a sentence, or a run of several capitalised words.
+_NAME = regex.compile(r"(?<![.!?]\s)(?<!^)\b\p{Lu}\p{Ll}+|\b\p{Lu}\p{Ll}+(?:\s+\p{Lu}\p{Ll}+)+")
+# Names for bridge hops: runs of capitalised words (with of/de/van... inside), or quoted Chinese terms.
+_CAPS = regex.compile(r"\b\p{Lu}[\p{L}\p{M}'’\-]*"
+                      r"(?:\s+(?:of|de|da|del|van|von|der|the|and|la|le|du|di|y)?\s*\p{Lu}[\p{L}\p{M}'’\-]*)*")
+_QUOTED = regex.compile(r"[《“「『]([^》”」』]{1,20})[》”」』]")
+
+STUFFED = 0.7  # below this share of distinct terms a sentence counts as keyword-stuffed
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The engine's knobs; `score.relevance` exposes them as YAML parameters."""
+
+    k1: float = 1.2
+    b: float = 0.75
+    passage_weight: float = 0.3
+    neighbor_weight: float = 0.1
+    lead_weight: float = 0.1
+    answer_type: float = 0.2
+    hops: int = 2
+    hop_seeds: int = 5
+    hop_decay: float = 0.9
+    bridge_terms: int = 4
+    min_words: int = 5
+
+
+# -- terms --------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=262_144)
+def _word_term(token: str) -> tuple[str, ...]:
+    """Index terms of one Latin token (lower-cased, stop words out, Snowball stem), cached."""
+    word = ts.fold(token).lower().strip("'-_")
+    if word.endswith("'s"):
+        word = word[:-2]
+    stop = ts.stopwords("en")
+    parts = _SPLIT.split(word) if ("-" in word or "'" in word) else (word,)
+    return tuple(ts.stem(p) if p.isalpha() else p for p in parts
+                 if p and p not in stop and (len(p) > 1 or p.isdigit()))
+
+
+@functools.lru_cache(maxsize=262_144)  # every scorer and validate.loss share these per chunk
+def index_terms(text: str) -> tuple[str, ...]:
+    """Terms for relevance: stemmed English content words and Chinese character bigrams (a lone
+    Han character stays a unigram). Bigrams alone match Chinese words better than bigrams plus
+    characters, whose common characters add noise to every sentence."""
+    out: list[str] = []
+    known = _WORD_TERMS
+    for token in _TOKEN.findall(text):
+        found = known.get(token)
+        if found is None:
+            first = token[0]
+            if ts.is_han(first):
+                han = ts.fold(token)  # Kangxi radicals and compatibility ideographs match their own
+                found = (han,) if len(han) == 1 else tuple(han[i:i + 2] for i in range(len(han) - 1))
+            else:
+                found = _word_term(token)
+            if len(known) >= _WORD_TERMS_MAX:
+                known.clear()
+            known[token] = found
+        out.extend(found)
+    return tuple(out)
+
+
+# Token -> terms, a plain dict (a lookup per token is the hot loop of indexing; an lru_cache call
+# costs three times as much). Bounded by clearing; entries depend only on the token, so any thread
+# may add one.
+class _TokenTerms(dict[str, tuple[str, ...]]):
+    def cache_clear(self) -> None:
+        """Emptied like the functools caches (benchmarks start each run cold)."""
+        self.clear()
+
+
+_WORD_TERMS = _TokenTerms()
+_WORD_TERMS_MAX = 500_000
+
+
+def query_terms(query: str) -> list[str]:
+    """The query's terms, in order (repeats kept: a repeated word weighs more)."""
+    return list(index_terms(query))
+
+
+# -- BM25 over an inverted index ------------------------------------------------------------------
+
+
+class Bm25:
+    """Okapi BM25 over a fixed list of documents (term lists), scored through postings only."""
+
+    def __init__(self, docs: Sequence[Sequence[str]], k1: float = 1.2, b: float = 0.75) -> None:
+        self.n = len(docs)
+        postings: dict[str, list[tuple[int, int]]] = {}
+        for i, doc in enumerate(docs):
+            for term, tf in Counter(doc).items():
+                postings.setdefault(term, []).append((i, tf))
+        self.postings = postings
+        lengths = [len(d) for d in docs]
+        avg = (sum(lengths) / self.n) if self.n else 1.0
+        avg = avg or 1.0
+        self.norm = [k1 * (1 - b + b * n / avg) for n in lengths]
+        self.k1 = k1
+
+    def idf(self, term: str) -> float:
+        df = len(self.postings.get(term, ()))
+        return math.log(1 + (self.n - df + 0.5) / (df + 0.5))
+
+    def scores(self, query: Mapping[str, float]) -> list[float]:
+        """Score of every document; `query` maps a term to its weight."""
+        out = [0.0] * self.n
+        k1 = self.k1 + 1
+        norm = self.norm
+        for term, weight in query.items():
+            plist = self.postings.get(term)
+            if not plist or weight <= 0:
+                continue
+            w = weight * self.idf(term) * k1
+            for i, tf in plist:
+                out[i] += w * tf / (tf + norm[i])
+        return out
+
+
+def _normalised(values: list[float]) -> list[float]:
+    top = max(values, default=0.0)
+    return [v / top for v in values] if top > 0 else [0.0] * len(values)
+
+
+def query_weights(query: str) -> dict[str, float]:
+    """Query terms with weights: 1 per term, a little more for repeated ones."""
+    counts = Counter(query_terms(query))
+    return {t: 1.0 + 0.2 * (c - 1) for t, c in counts.items()}
+
+
+# -- answer types ---------------------------------------------------------------------------------
+
+
+def answer_kind(query: str) -> str | None:
+    """What the question asks for: a date, a number, a name or a place (None when unclear)."""
+    if _WHEN.search(query):
+        return "date"
+    if _HOW_MANY.search(query):
+        return "number"
+    if _WHO.search(query):
+        return "name"
+    if _WHERE.search(query):
+        return "place"
+    return None
+
+
+def holds_kind(kind: str, text: str) -> bool:
+    """Whether a text holds what an answer of that kind looks like."""
+    if kind == "date":
+        return _YEAR.search(text) is not None or ts.DATE.search(text) is not None
+    if kind == "number":
+        return _DIGIT.search(text) is not None
+    return _NAME.search(text) is not None
+
+
+# -- passages -------------------------------------------------------------------------------------
+
+
+def _passages(source: Source, members: list[int], chunks: Sequence[Chunk]) -> list[list[int]]:
+    """The source's paragraphs as chunk indices: chunks group by the paragraph they start in (a
+    title line belongs to its paragraph's first sentence, so it counts with the passage)."""
+    bounds = [0] + [m.end() for m in _PARAGRAPH.finditer(source.text)]
+    out: list[list[int]] = []
+    current = -1
+    p = 0
+    for i in sorted(members, key=lambda k: chunks[k].start):
+        start = chunks[i].start
+        while p + 1 < len(bounds) and bounds[p + 1] <= start:
+            p += 1
+        if p != current:
+            out.append([])
+            current = p
+        out[-1].append(i)
+    return out
+
+
+def bridge_names(text: str) -> list[str]:
+    """Names in a text that could link it to another passage (capitalised runs, quoted terms)."""
+    return _CAPS.findall(text) + _QUOTED.findall(text)
+
+
+# -- the engine -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Relevance:
+    """Per-chunk relevance (in [0, 1]) with what produced it."""
+
+    values: list[float]
+    sentence: list[float]
+    passage: list[float]
+    hop: list[float]
+    matched: list[list[str]]
+    bridges: list[str]
+    kind: str | None
+
+
+def score_chunks(query: str, chunks: Sequence[Chunk], sources: Iterable[Source],
+                 settings: Settings = Settings()) -> Relevance:
+    """Relevance of every chunk to the query (see the module docstring)."""
+    n = len(chunks)
+    docs = [index_terms(c.text) for c in chunks]
+    q = query_weights(query)
+    qset = set(q)
+    index = Bm25(docs, settings.k1, settings.b)
+    lengths = [_word_count(c.text) for c in chunks]
+    damp = [min(1.0, n_words / settings.min_words) if settings.min_words else 1.0 for n_words in lengths]
+    # keyword stuffing ("X beds, X staff, X tents: X has them all"): a sentence whose content words
+    # repeat a lot is damped by its share of distinct terms
+    for i, doc in enumerate(docs):
+        if len(doc) >= 6:
+            distinct = len(set(doc)) / len(doc)
+            if distinct < STUFFED:
+                damp[i] *= distinct / STUFFED
+
+    by_source: dict[str, list[int]] = {}
+    for i, c in enumerate(chunks):
+        by_source.setdefault(c.source_id, []).append(i)
+    groups: list[list[int]] = []
+    # a source's own title (a web page's, a document's) counts with its first passage, twice, as a
+    # title line inside the text does through the passage's first sentence
+    extra: list[tuple[str, ...]] = []
+    placed: set[int] = set()
+    for source in sources:
+        members = by_source.get(source.id)
+        if members:
+            for k, idx in enumerate(_passages(source, members, chunks)):
+                groups.append(idx)
+                placed.update(idx)
+                extra.append(index_terms(source.title) * 2 if k == 0 and source.title else ())
+    for i in range(n):  # chunks of a source the context does not list: a passage each
+        if i not in placed:
+            groups.append([i])
+            extra.append(())
+    group_of = [0] * n
+    position = [0] * n
+    for g, members in enumerate(groups):
+        for pos, i in enumerate(members):
+            group_of[i] = g
+            position[i] = pos
+    passage_docs = [[*extra[g], *(t for i in members for t in docs[i])] for g, members in enumerate(groups)]
+    passage_index = Bm25(passage_docs, settings.k1, settings.b)
+
+    def run(query_w: Mapping[str, float]) -> tuple[list[float], list[float]]:
+        s = index.scores(query_w)
+        s = _normalised([v * d for v, d in zip(s, damp, strict=True)])
+        return s, _normalised(passage_index.scores(query_w))
+
+    sent, psg = run(q)
+    first_hop = list(sent)
+    hop = [0.0] * n
+    used_bridges: list[str] = []
+    frontier = [(i, sent[i]) for i in sorted(range(n), key=lambda i: -sent[i])[:settings.hop_seeds]
+                if sent[i] > 0]
+    seen = {i for i, _ in frontier}
+    for _ in range(settings.hops):
+        following: list[tuple[int, float]] = []
+        for i, weight in frontier:
+            names = {t for name in bridge_names(chunks[i].text) for t in index_terms(name)} - qset
+            if not names:
+                continue
+            bridge = sorted(names, key=lambda t: (-index.idf(t), t))[:settings.bridge_terms]
+            bset = frozenset(bridge)
+            query2 = {t: 1.0 for t in bridge}
+            for t in qset:
+                query2[t] = 0.2 if t in docs[i] else 0.7
+            s2, p2 = run(query2)
+            scale = weight * settings.hop_decay
+            holders = sorted({j for t in bset for j, _ in index.postings.get(t, ())} - {i})
+            best_j, best_v = -1, 0.0
+            for j in holders:
+                v = scale * s2[j]
+                if v > sent[j]:
+                    sent[j] = v
+                if v > hop[j]:
+                    hop[j] = v
+                if s2[j] > best_v and j not in seen:
+                    best_j, best_v = j, s2[j]
+            for g in {group_of[j] for j in holders}:
+                psg[g] = max(psg[g], scale * p2[g])
+            used_bridges.extend(t for t in bridge if t not in used_bridges)
+            if best_j >= 0:
+                following.append((best_j, scale * best_v))
+                seen.add(best_j)
+        frontier = following
+        if not frontier:
+            break
+
+    kind = answer_kind(query) if settings.answer_type > 0 else None
+    values: list[float] = []
+    passage_of: list[float] = []
+    for i, chunk in enumerate(chunks):
+        g = group_of[i]
+        members = groups[g]
+        pos = position[i]
+        near = max((sent[members[j]] for j in (pos - 1, pos + 1) if 0 <= j < len(members)), default=0.0)
+        pv = psg[g]
+        # passage evidence lifts a sentence, and never pulls a strong one down: a fact stated
+        # once in an unrelated passage keeps the weight of its own words
+        value = ((1 - settings.passage_weight - settings.neighbor_weight) * sent[i]
+                 + settings.passage_weight * max(pv, sent[i]) + settings.neighbor_weight * near)
+        if pos == 0:
+            value += settings.lead_weight * pv
+        if kind and (sent[i] > 0 or pv > 0.5) and holds_kind(kind, chunk.text):
+            value += settings.answer_type * (1 - value)
+        values.append(value)
+        passage_of.append(pv)
+    top = max(values, default=0.0)
+    values = [v / top for v in values] if top > 0 else values
+    matched: list[list[str]] = [[] for _ in range(n)]
+    for t in sorted(qset, key=lambda t: (-index.idf(t), t)):
+        for j, _ in index.postings.get(t, ()):
+            if len(matched[j]) < 8:
+                matched[j].append(t)
+    return Relevance(values, first_hop, passage_of, hop, matched, used_bridges[:12], kind)
+
+
+_HAN_CHAR = regex.compile(r"[\u4e00-\u9fff]")
+
+
+def _word_count(text: str) -> int:
+    """Words for the fragment damping: whitespace words, and two Han characters count as one."""
+    words = len(text.split())
+    return words if text.isascii() else words + len(_HAN_CHAR.findall(text)) // 2

@@ -1,0 +1,197 @@
+"""chunk.tokens, chunk.sentences, chunk.paragraphs: cut every source's text into chunks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import regex
+
+from compactor.components import Component
+from compactor.document import Chunk, Context, Source, chunk_id
+from compactor.formats.messages import message_chunks
+from compactor.hookspecs import hookimpl
+from compactor.run import Run
+from compactor.text.sentences import detect_lang, split_sentences
+from compactor.text.spans import pack_units, token_windows, unit_chunks
+from compactor.text.tokens import TokenCounter
+
+_PARAGRAPH_BREAK = regex.compile(r"\n[ \t]*\n\s*")
+
+
+def _size_problems(params: dict[str, object]) -> list[str]:
+    size, overlap = params["size"], params["overlap"]
+    problems = []
+    if not isinstance(size, int) or size < 8:
+        problems.append("size must be at least 8 tokens")
+    elif not isinstance(overlap, int) or not 0 <= overlap < size:
+        problems.append(f"overlap must be at least 0 and smaller than the size ({size})")
+    return problems
+
+
+Cut = list[tuple[int, int, int, tuple[int, int] | None]]  # start, end, tokens, units
+
+
+def source_chunks(source: Source, cut: Cut) -> list[Chunk]:
+    """The chunks of one source from cuts of its text."""
+    text = source.text
+    return [Chunk(id=chunk_id(source.id, index), source_id=source.id, index=index, start=start, end=end,
+                  text=text[start:end], tokens=tokens, lang=detect_lang(text[start:end]), units=units)
+            for index, (start, end, tokens, units) in enumerate(cut)]
+
+
+def paragraph_cut(text: str, counter: TokenCounter, size: int, overlap: int = 0) -> Cut:
+    """Whole paragraphs packed up to `size` tokens (long ones cut by token windows)."""
+    return [(s, e, t, (a, b))
+            for s, e, t, a, b in pack_units(text, paragraph_spans(text), counter, size, overlap)]
+
+
+def _chunked(context: Context, cut: Callable[[str], Cut]) -> Context:
+    chunks: list[Chunk] = []
+    for source in context.sources:
+        if source.text.strip():
+            chunks.extend(source_chunks(source, cut(source.text)))
+    return context.evolve(chunks=tuple(chunks), segments=())
+
+
+class TokenChunker(Component):
+    """Windows of `size` tokens with `overlap`, cut at sentence ends or whitespace when possible.
+
+    Example: `{use: chunk.tokens, with: {size: 8000, overlap: 400}}` (the seeds' map-reduce sizes).
+    """
+
+    name = "chunk.tokens"
+    stage = "chunk"
+    provides = ("chunks",)
+
+    def __init__(self, *, size: int = 512, overlap: int = 64) -> None:
+        self.size = size
+        self.overlap = overlap
+
+    check_params = staticmethod(_size_problems)
+
+    @hookimpl
+    def compactor_chunk(self, context: Context, run: Run) -> Context:
+        return _chunked(context, lambda text: [
+            (s, e, t, None) for s, e, t in token_windows(text, run.counter, self.size, self.overlap)
+        ])
+
+
+class SentenceChunker(Component):
+    """Whole sentences packed up to `size` tokens (Punkt for English, rules for Chinese).
+
+    `overlap` repeats trailing sentences of the previous chunk, up to that many tokens. With
+    `pack: false` every sentence is a chunk of its own (query-aware selection ranks sentences, and
+    a packed chunk would carry its neighbours' score); sentences over `size` are still cut.
+    """
+
+    name = "chunk.sentences"
+    stage = "chunk"
+    provides = ("chunks",)
+
+    def __init__(self, *, size: int = 256, overlap: int = 0, pack: bool = True) -> None:
+        self.size = size
+        self.overlap = overlap
+        self.pack = pack
+
+    check_params = staticmethod(_size_problems)
+
+    @hookimpl
+    def compactor_chunk(self, context: Context, run: Run) -> Context:
+        def cut(text: str) -> list[tuple[int, int, int, tuple[int, int] | None]]:
+            spans = split_sentences(text)
+            cut = (pack_units(text, spans, run.counter, self.size, self.overlap) if self.pack
+                   else unit_chunks(text, spans, run.counter, self.size))
+            return [(s, e, t, (a, b)) for s, e, t, a, b in cut]
+
+        return _chunked(context, cut)
+
+
+def paragraph_spans(text: str) -> list[tuple[int, int]]:
+    """Spans that tile the text, one per paragraph (blank lines end a paragraph)."""
+    spans, start = [], 0
+    for match in _PARAGRAPH_BREAK.finditer(text):
+        if match.end() < len(text):
+            spans.append((start, match.end()))
+            start = match.end()
+    spans.append((start, len(text)))
+    return spans
+
+
+class ParagraphChunker(Component):
+    """Whole paragraphs packed up to `size` tokens; long paragraphs are cut by token windows."""
+
+    name = "chunk.paragraphs"
+    stage = "chunk"
+    provides = ("chunks",)
+
+    def __init__(self, *, size: int = 512, overlap: int = 0) -> None:
+        self.size = size
+        self.overlap = overlap
+
+    check_params = staticmethod(_size_problems)
+
+    @hookimpl
+    def compactor_chunk(self, context: Context, run: Run) -> Context:
+        return _chunked(context, lambda text: paragraph_cut(text, run.counter, self.size, self.overlap))
+
+
+class MessageChunker(Component):
+    """One chunk per conversation message, so chunk `i` of a history is message `i` and the store can
+    give any message back by its id; its token count is the message's cost in a chat request. Other
+    sources are packed by paragraphs up to `size` tokens."""
+
+    name = "chunk.messages"
+    stage = "chunk"
+    provides = ("chunks",)
+
+    def __init__(self, *, size: int = 512) -> None:
+        self.size = size
+
+    @staticmethod
+    def check_params(params: dict[str, object]) -> list[str]:
+        size = params["size"]
+        return [] if isinstance(size, int) and size >= 8 else ["size must be at least 8 tokens"]
+
+    @hookimpl
+    def compactor_chunk(self, context: Context, run: Run) -> Context:
+        chunks: list[Chunk] = []
+        sources = []
+        for source in context.sources:
+            spans = source.metadata.get("spans") if source.kind == "conversation" else None
+            if spans and len(spans) == len(source.messages):
+                if source.text != source.original:  # messages are kept verbatim, never cleaned
+                    run.warn(f"{source.uri or source.id}: a clean step changed the conversation's text; "
+                             "its messages are chunked from the original")
+                    source = source.with_text(source.original)
+                sources.append(source)
+                chunks.extend(message_chunks(source, run.counter))
+                continue
+            sources.append(source)
+            if source.text.strip():
+                chunks.extend(source_chunks(source, paragraph_cut(source.text, run.counter, self.size)))
+        return context.evolve(sources=tuple(sources), chunks=tuple(chunks), segments=())
+
+
+class SegmentChunker(Component):
+    """One chunk per transcript segment (chunk `i` is the source's segment `i`); other sources are
+    packed by paragraphs up to `size` tokens."""
+
+    name = "chunk.segments"
+    stage = "chunk"
+    provides = ("chunks",)
+
+    def __init__(self, *, size: int = 512) -> None:
+        self.size = size
+
+    @hookimpl
+    def compactor_chunk(self, context: Context, run: Run) -> Context:
+        chunks: list[Chunk] = []
+        for source in context.sources:
+            spans = source.metadata.get("spans") if source.kind == "transcript" else None
+            if spans and len(spans) == len(source.segments) and source.text == source.original:
+                counts = run.counter.count_many([source.text[s:e] for s, e in spans])
+                chunks.extend(source_chunks(source, [(s, e, t, (i, i + 1)) for i, ((s, e), t)
+                                                     in enumerate(zip(spans, counts, strict=True))]))
+            elif source.text.strip():
+                chunks.extend(source_chunks(source, paragraph_cut(source.text, run.counter, self.size)))
+        return context.evolve(chunks=tuple(chunks), segments=())

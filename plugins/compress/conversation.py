@@ -1,0 +1,891 @@
+"""compress.eight_segment: compact an agent's history into the 8 sections of seed 004, by rules.
+
+For each conversation source the component plans what stays verbatim (`compactor.formats.compaction`:
+system messages, the first request when cheap, the last `keep_last` turns) and writes one summary of
+everything between, with the sections Claude Code's summaries use (Primary Request and Intent; Key
+Technical Concepts; Files and Code Sections; Errors and fixes; Problem Solving; All user messages;
+Pending Tasks; Current Work), the optional ninth (Optional Next Step, quoting the latest instruction)
+and the metadata block (original and compressed tokens, ratio, quality score, role).
+
+Section budgets adapt to what the history holds: each section asks for what its candidates cost,
+the allowance is water-filled by section weight, and what a section leaves goes to the best items
+left anywhere. Every line cites its messages (`m12` is message 12, chunk id `<source>-0012`), and the
+summary's first line says how to expand the originals. `role:` (or the run option) writes the
+handoff summary of one role (its own messages plus what people said). An optional LLM pass rewrites
+the rule draft and is used only if it keeps the headings, fits and invents nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import regex
+
+from compactor.components import Component, DataPath
+from compactor.document import Chunk, Context, Message, Segment, Source, chunk_id, frozen_mapping
+from compactor.formats.compaction import MIN_SUMMARY_TOKENS, SUMMARY_MARK, Plan, plan_compaction, plan_dict
+from compactor.formats.messages import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, message_tokens, speaker
+from compactor.formats.system_prompt import shorten_system
+from compactor.hookspecs import hookimpl
+from compactor.llm.guard import Request, complete_guarded
+from compactor.plugins.compress import chat_summary as chat
+from compactor.plugins.compress import history as hx
+from compactor.plugins.compress.file_memory import recent_files, render_views
+from compactor.plugins.compress.kinds import AGENT_KINDS, detect_kind, session_dates
+from compactor.plugins.llm import fill, template_for
+from compactor.plugins.validate import loss_report
+from compactor.run import Run
+from compactor.text.terms import terms
+from compactor.text.tokens import TokenCounter
+
+SECTIONS: tuple[tuple[str, str, str], ...] = (
+    ("primary", "Primary Request and Intent", "主要请求和意图"),
+    ("concepts", "Key Technical Concepts", "关键技术概念"),
+    ("files", "Files and Code Sections", "文件和代码段落"),
+    ("errors", "Errors and fixes", "错误和修复"),
+    ("problem", "Problem Solving", "问题解决"),
+    ("users", "All user messages", "所有用户消息"),
+    ("pending", "Pending Tasks", "待处理任务"),
+    ("current", "Current Work", "当前工作"),
+    ("next", "Optional Next Step", "可选的下一步"),
+)
+WEIGHTS: Mapping[str, float] = {"primary": 0.14, "concepts": 0.13, "files": 0.16, "errors": 0.12,
+                                "problem": 0.10, "users": 0.15, "pending": 0.06, "current": 0.10,
+                                "next": 0.04}
+#: Earlier summaries' ids repeated in a marker (older ones stay reachable: each dropped summary is
+#: stored with the rest and cites its own predecessors).
+MAX_EARLIER = 3
+#: Below this many summary tokens the marker is the short one.
+TIGHT = 400
+#: Chats and meetings: the share of the room the latest turns may take verbatim (the rest is chosen
+#: by value per token, whole short turns included, wherever they are in the history).
+PEOPLE_TAIL_SHARE = 0.2
+#: The metadata's quality (validate.loss retention) reads at most about this many characters.
+QUALITY_SAMPLE_CHARS = 60_000
+_HEADING = regex.compile(r"^## (.+?)\s*$", regex.MULTILINE)
+
+
+@dataclass(slots=True)
+class Draft:
+    """A written summary: its text (marker, sections, metadata joined by blank lines), the sections,
+    the messages its lines cite, and its quality score."""
+
+    text: str
+    sections: dict[str, str]
+    cited: tuple[int, ...]
+    quality: float
+    method: str = "rules"
+    marker: str = ""
+    metadata: str = ""
+
+
+class EightSegment(Component):
+    """Compacts agent histories into the 8 sections (+ Optional Next Step) and verbatim head/tail turns.
+
+    Run options in `context.meta["conversation_options"]` (what `compact_messages` and the CLI pass)
+    override the parameters: keep_last, role, summary_role, llm, kind, focus, keep_files, compress_system.
+
+    `kind` (auto: detected, `conversation_kinds.detect_kind`) picks the template: the eight sections
+    for coding and tool-using agents, the people template (`chat_summary`) for chats and meetings.
+    The scores and labels of earlier classify/score steps weigh what is kept (the analyzer chain);
+    `share` of the budget is used, and `validate.ratio` may retry with another (`budget_share`).
+    """
+
+    name = "compress.eight_segment"
+    stage = "compress"
+    requires = ("chunks",)
+    provides = ("segments",)
+
+    def __init__(self, *, keep_last: int = 4, keep_first: bool = True, role: str | None = None,
+                 summary_role: Literal["user", "system", "assistant"] = "user", next_step: bool = True,
+                 snippet_lines: int = 12, llm: bool = False, prompt: DataPath | None = None,
+                 max_input_tokens: int = 12000,
+                 kind: Literal["auto", "coding", "tool", "chat", "meeting"] = "auto",
+                 focus: str | None = None, share: float = 1.0, keep_files: int = 0,
+                 files_share: float = 0.35, compress_system: bool = False) -> None:
+        self.kind = kind
+        self.keep_files = keep_files
+        self.files_share = files_share
+        self.focus = focus
+        self.share = share
+        self.keep_last = keep_last
+        self.keep_first = keep_first
+        self.role = role
+        self.summary_role = summary_role
+        self.next_step = next_step
+        self.snippet_lines = snippet_lines
+        self.llm = llm
+        self.prompt = prompt
+        self.max_input_tokens = max_input_tokens
+        self.compress_system = compress_system
+
+    @staticmethod
+    def check_params(params: dict[str, object]) -> list[str]:
+        problems = []
+        if not isinstance(params["keep_last"], int) or params["keep_last"] < 0:
+            problems.append("keep_last must be 0 or more")
+        if not isinstance(params["snippet_lines"], int) or params["snippet_lines"] < 0:
+            problems.append("snippet_lines must be 0 or more")
+        if not isinstance(params.get("keep_files", 0), int) or params.get("keep_files", 0) < 0:
+            problems.append("keep_files must be 0 or more")
+        files_share = params.get("files_share", 0.35)
+        if not isinstance(files_share, int | float) or not 0 < files_share < 1:
+            problems.append("files_share must be in (0, 1)")
+        share = params.get("share", 1.0)
+        if not isinstance(share, int | float) or not 0 < share <= 1:
+            problems.append("share must be in (0, 1]")
+        return problems
+
+    @hookimpl
+    def compactor_compress(self, context: Context, run: Run) -> Context:
+        options = dict(context.meta.get("conversation_options") or {})
+        share = float(context.meta.get("budget_share", self.share))
+        budget = context.resolved_budget()
+        options["budget_share"] = share  # applied in `compact`, to the room the system prompt leaves
+        plans: dict[str, Any] = {}
+        segments: list[Segment] = []
+        for source in context.sources:
+            if source.kind != "conversation" or not source.messages:
+                continue
+            mine = [c for c in context.chunks if c.source_id == source.id]
+            plan, parts = self.compact(source, budget, run, options, mine)
+            plan["budget_share"] = share
+            if not plan["unchanged"] and plan.get("summary"):
+                plan, parts = _quality_from_loss(context, mine, plan, parts, run.counter)
+            plans[source.id] = plan
+            segments.extend(parts)
+        if not plans:
+            run.warn("no conversation in the input: compress.eight_segment needs a message list")
+        run.note("conversations", {sid: {k: plan[k] for k in ("original_tokens", "tokens", "quality",
+                                                                "method", "unchanged", "kind")}
+                                   for sid, plan in plans.items()})
+        return context.evolve(segments=tuple(segments),
+                              meta=frozen_mapping({**context.meta, "conversations": plans,
+                                                   "budget_share": share}))
+
+    # -- one conversation ----------------------------------------------------------------------
+
+    def compact(self, source: Source, budget: int | None, run: Run, options: Mapping[str, Any],
+                chunks: Sequence[Chunk] = ()) -> tuple[dict[str, Any], list[Segment]]:
+        """The plan (with the summary) and the segments for one history (`chunks`: its message chunks,
+        whose token counts are the messages' costs when `chunk.messages` made them)."""
+        messages = list(source.messages)
+        counter = run.counter
+        summary_role = str(options.get("summary_role") or self.summary_role)
+        by_message = [c.tokens for i, c in enumerate(chunks)
+                      if c.units == (i, i + 1) and c.id == chunk_id(source.id, i)]
+        costs = (by_message if len(by_message) == len(messages) == len(chunks)  # chunk.messages made them
+                 else [message_tokens(m, counter) for m in messages])
+        limit = budget if budget is not None else max(1, sum(costs) // 4)
+        messages, costs, system = shorten_system(  # an oversized system prompt, excerpted for the requests
+            messages, costs, limit, counter,
+            enabled=bool(options.get("compress_system", self.compress_system)))
+        share = float(options.get("budget_share", 1.0))
+        if share < 1.0 and budget is not None:  # a share of what the system messages leave
+            fixed = TOKENS_PER_REPLY + sum(c for m, c in zip(messages, costs, strict=True)
+                                           if m.role in ("system", "developer"))
+            limit = fixed + max(MIN_SUMMARY_TOKENS + 8, int((limit - fixed) * share))
+            limit = min(limit, budget)
+        settings: dict[str, Any] = {"keep_last": int(options.get("keep_last", self.keep_last)),
+                                    "keep_first": bool(options.get("keep_first", self.keep_first)),
+                                    "summary_role_tokens": counter.count(summary_role)}
+        kind = str(options.get("kind") or self.kind)
+        history: hx.History | None = None
+        if TOKENS_PER_REPLY + sum(costs) > limit:  # it will be compacted: read it
+            history = hx.History(messages)
+            if kind == "auto":
+                kind = detect_kind(history)
+        people = kind not in AGENT_KINDS and kind != "auto"
+        plan = plan_compaction(messages, costs, limit, **settings,
+                               **({"tail_share": PEOPLE_TAIL_SHARE} if people else {}))
+        saved = sum(before - after for before, after in (system.get("system_tokens") or {}).values())
+        if saved:  # the original's size is what the history cost before its system prompt was cut
+            plan = dataclasses.replace(plan, original_tokens=plan.original_tokens + saved)
+        data = plan_dict(plan)
+        data.update(source_id=source.id, summary_role=summary_role, role=None, method="none",
+                    quality=1.0, tokens=plan.original_tokens - saved, summary=None, kind=kind, **system)
+        if plan.unchanged or history is None:
+            return data, [_message_segment(source, i, m, costs[i]) for i, m in enumerate(messages)]
+        role = options.get("role", self.role)
+        weights = message_weights(chunks, len(messages))
+        focus = frozenset(terms(str(options.get("focus") or self.focus or "")))
+        keep_files = int(options.get("keep_files", self.keep_files))
+        pinned: list[str] = []
+        if keep_files and not people and plan.summary_tokens >= TIGHT:
+            views = recent_files(history, plan.dropped, keep_files)
+            pinned, pinned_cost = render_views(views, int(self.files_share * plan.summary_tokens), counter)
+        if people:
+            draft = self._write_people(history, source, plan, costs, counter, kind == "meeting", weights,
+                                       focus)
+        elif pinned:  # the files first, the sections in what they leave
+            heading = counter.count(f"## {_title('files', _chinese(history))}\n") + 2
+            room = dataclasses.replace(plan, summary_tokens=plan.summary_tokens - pinned_cost - heading)
+            draft = _pin_files(self._draft(history, source, room, costs, counter, role, weights, focus,
+                                           extra_tokens=pinned_cost + heading), pinned, _chinese(history))
+            if counter.count(draft.text) > plan.summary_tokens:  # never over: the sections alone
+                pinned = []
+                draft = self._draft(history, source, plan, costs, counter, role, weights, focus)
+        else:
+            draft = self._draft(history, source, plan, costs, counter, role, weights, focus)
+        lost_latest = any("latest turn" in note for note in plan.notes)
+        small = plan.summary_tokens < TIGHT or (lost_latest and plan.summary_tokens < 4 * TIGHT)
+        if not people and not pinned and small:
+            # a small room: a summary may hold less than the turns it replaces; keep the plan that
+            # leaves more of the history's key signals readable
+            verbatim = plan_compaction(messages, costs, limit, tail_share=1.0, **settings)
+            verbatim = dataclasses.replace(verbatim, original_tokens=verbatim.original_tokens + saved)
+            if verbatim.tail != plan.tail:
+                alternative = self._draft(history, source, verbatim, costs, counter, role, weights, focus)
+                scope = [i for i in range(len(messages)) if i not in plan.head]
+                if (_readable(history, scope, alternative, verbatim)  # a tie goes to the verbatim turns
+                        >= _readable(history, scope, draft, plan)):
+                    plan, draft = verbatim, alternative
+                    data.update(plan_dict(plan))
+        use_llm = bool(options.get("llm", self.llm))
+        if use_llm:
+            kept = "\n".join(messages[i].content for i in (*plan.head, *plan.tail))
+            refined = self._refine(draft, history, plan.dropped, plan.summary_tokens, run, kept)
+            if refined is not None:
+                draft = refined
+        dropped = set(plan.dropped)
+        total = (plan.original_tokens - saved - sum(costs[i] for i in plan.dropped)
+                 + message_tokens(Message(role=summary_role, content=draft.text), counter))
+        data.update(summary=draft.text, method=draft.method, quality=round(draft.quality, 3),
+                    tokens=total, role=role or _main_role(history),
+                    cited=[chunk_id(source.id, i) for i in draft.cited if i in dropped])
+        for note in plan.notes:
+            run.warn(note)
+        parts = [_message_segment(source, i, messages[i], costs[i]) for i in plan.head]
+        pieces = [("marker", "Marker", draft.marker)]
+        pieces += [(key, TITLES.get(key, key), text) for key, text in draft.sections.items()]
+        pieces.append(("metadata", "Compression Metadata", draft.metadata))
+        cited = tuple(chunk_id(source.id, i) for i in draft.cited)
+        for key, title, text in pieces:
+            if text:  # joined by blank lines, the pieces are the summary message
+                parts.append(Segment(id=f"{source.id}:{key}", text=text, title=title,
+                                     chunk_ids=cited if key not in ("marker", "metadata") else (),
+                                     tokens=counter.count(text),
+                                     metadata=frozen_mapping({"section": key, "summary": True})))
+        parts.extend(_message_segment(source, i, messages[i], costs[i]) for i in plan.tail)
+        return data, parts
+
+    def _draft(self, history: hx.History, source: Source, plan: Plan, costs: Sequence[int],
+               counter: TokenCounter, role: str | None, weights: Mapping[int, float] | None = None,
+               focus: frozenset[str] = frozenset(), extra_tokens: int = 0) -> Draft:
+        kept = TOKENS_PER_REPLY + sum(costs[i] for i in (*plan.head, *plan.tail)) + extra_tokens
+        return self.write(history, source, plan.head, plan.tail, plan.dropped, plan.summary_tokens, counter,
+                          role=role, original_tokens=plan.original_tokens, kept_tokens=kept,
+                          weights=weights, focus=focus)
+
+    def _write_people(self, history: hx.History, source: Source, plan: Plan, costs: Sequence[int],
+                      counter: TokenCounter, meeting: bool, weights: Mapping[int, float],
+                      focus: frozenset[str]) -> Draft:
+        """The people template (`chat_summary`): who is who, then the pieces worth most per token."""
+        zh = _chinese(history)
+        dropped, allowance = plan.dropped, plan.summary_tokens
+        kept_tokens = TOKENS_PER_REPLY + sum(costs[i] for i in (*plan.head, *plan.tail))
+        dates = session_dates(history.messages)
+        tight = allowance < TIGHT
+        earlier = earlier_ids(history, dropped)
+        marker = (short_marker(source.id, dropped) if tight
+                  else _marker(source.id, dropped, len(history.messages), earlier[-MAX_EARLIER:], zh))
+        people = chat.people_lines(history, plan.head, zh) if allowance >= 200 else []
+        while people and counter.count("\n".join(people)) > 0.15 * allowance:
+            people.pop()
+        latest = chat.latest_session_line(dates, plan.tail, zh)
+        if latest:
+            people.append(latest)
+        label = _main_role(history)
+        quality = 1.0  # the metadata's figure is validate.loss's, put in by `_quality_from_loss`
+        pieces = chat.pieces_of(history, dropped, counter, meeting, weights, focus, dates)
+        pieces.extend(chat.carried_pieces(history, dropped, counter))
+        fixed = counter.count(_frame(marker, "\n".join(people), _metadata(plan.original_tokens, 99999, 1.0,
+                                                                            label, zh, tight), tight))
+        headings = len({p.kind for p in pieces}) * (8 if zh else 6)  # at most one per section
+        chosen = chat.choose(pieces, max(0, allowance - fixed - headings))
+        while True:
+            sections, cited = chat.render(history, chosen, people, meeting, zh, dates)
+            body = "\n\n".join(sections.values())
+            meta = _metadata(plan.original_tokens, 0, quality, label, zh, tight)
+            framed = counter.count(_frame(marker, body, meta, tight))
+            compressed = kept_tokens + framed + TOKENS_PER_MESSAGE + 1
+            meta = _metadata(plan.original_tokens, compressed, quality, label, zh, tight)
+            text = _frame(marker, body, meta, tight)
+            over = counter.count(text) - allowance
+            if over <= 0 or not chosen:
+                break
+            while chosen and over > 0:  # the last chosen added least: drop from the end
+                over -= chosen.pop().tokens + 2
+        if counter.count(text) > allowance:
+            short = short_marker(source.id, dropped)
+            return Draft(short, {}, (), quality, marker=short, metadata="")
+        first, last = (f"{marker} {meta}", "") if tight else (marker, meta)
+        return Draft(text, sections, cited, quality, marker=first, metadata=last)
+
+    def write(self, history: hx.History, source: Source, head: Sequence[int], tail: Sequence[int],
+              dropped: Sequence[int], allowance: int, counter: TokenCounter, *, role: str | None = None,
+              original_tokens: int = 0, kept_tokens: int = 0, weights: Mapping[int, float] | None = None,
+              focus: frozenset[str] = frozenset()) -> Draft:
+        """The rule summary of the dropped messages within `allowance` tokens (never more)."""
+        zh = _chinese(history)
+        visible = [i for i in dropped if role is None or history.kinds[i] in ("user", "system")
+                   or history.speakers[i] == role
+                   or (history.kinds[i] == "output" and _answers_role(history, i, role))]
+        kept_text = hx.verbatim_text(history, (*head, *tail))
+        pools = reweigh(self._candidates(history, visible, head, tail, kept_text), weights or {}, focus)
+        tight = allowance < TIGHT
+        earlier = earlier_ids(history, dropped)  # reachable through the dropped summary in any case
+        marker = (short_marker(source.id, dropped) if tight
+                  else _marker(source.id, dropped, len(history.messages), earlier[-MAX_EARLIER:], zh))
+        label = role or _main_role(history)
+        # under a tight allowance the metadata joins the marker line, without what it can spare
+        # (the ratio follows from the two counts; the role when it is the usual one)
+        own_role = f", role {label}" if label != "assistant" else ""
+
+        def metadata(compressed: int, quality: float) -> str:
+            """The metadata block, or under a tight allowance its short form for the marker line."""
+            if tight:
+                return f"({original_tokens}→{compressed} tokens, quality {quality:.2f}{own_role})"
+            return _metadata(original_tokens, compressed, quality, label, zh)
+
+        def render(chosen: dict[str, list[hx.Item]]) -> tuple[str, dict[str, str], tuple[int, ...],
+                                                               float, str, int]:
+            """The summary text, its sections, cited messages, quality, metadata line and tokens."""
+            sections = render_sections(chosen, zh)
+            body = "\n\n".join(sections[k] for k, _, _ in SECTIONS if k in sections)
+            cited = tuple(sorted({m for items in chosen.values() for it in items for m in it.messages}))
+            quality = quality_score(history, dropped, body, kept_text)
+            size = _frame_size(counter, marker, body, tight)  # the body is counted once per draft
+            draft_tokens = size(metadata(allowance, quality))
+            meta = metadata(kept_tokens + draft_tokens + TOKENS_PER_MESSAGE + 1, quality)
+            return _frame(marker, body, meta, tight), sections, cited, quality, meta, size(meta)
+
+        meta_reserve = 14 + counter.count(own_role) if tight else 34
+        room = max(0, allowance - counter.count(marker) - meta_reserve - 2)
+        allocation = _Allocation(pools, counter, zh)
+        chosen = allocation.choose(room)
+        text, sections, cited, quality, meta, tokens = render(chosen)
+        spare = allowance - tokens
+        if spare >= max(6, room // 50):  # the estimate left room worth another pick: use it
+            more = allocation.choose(room + spare - 2)
+            fuller = render(more)
+            if fuller[5] <= allowance:
+                chosen = more
+                text, sections, cited, quality, meta, tokens = fuller
+        while tokens > allowance and any(chosen.values()):
+            _drop_weakest(chosen)
+            text, sections, cited, quality, meta, tokens = render(chosen)
+        first, last = (f"{marker} {meta}", "") if tight else (marker, meta)
+        if tokens > allowance:  # the marker alone; the short one always fits
+            short = short_marker(source.id, dropped)
+            text = marker if counter.count(marker) <= allowance else short
+            if counter.count(text) > allowance:
+                cut = counter.encode(text)[:allowance]
+                text = counter.encoding.decode_bytes(cut).decode("utf-8", "ignore")
+            sections, cited, first, last = {}, (), text, ""
+        return Draft(text, sections, cited, quality, marker=first, metadata=last)
+
+    def _candidates(self, history: hx.History, visible: Sequence[int], head: Sequence[int],
+                    tail: Sequence[int], kept_text: str) -> dict[str, list[hx.Item]]:
+        later = list(tail)
+        pools: dict[str, list[hx.Item]] = {
+            "primary": hx.primary_items(history, visible, head),
+            "concepts": hx.tool_items(history, visible) + hx.identifier_items(history, visible, kept_text),
+            "files": hx.file_items(history, visible, self.snippet_lines),
+            "errors": hx.error_items(history, visible),
+            "users": hx.user_items(history, visible),
+            "pending": hx.pending_items(history, visible, later),
+            "current": hx.current_items(history, visible),
+        }
+        used = {it.text for items in pools.values() for it in items}
+        pools["problem"] = hx.action_items(history, visible) + hx.reasoning_items(history, visible, used)
+        if self.next_step:
+            pools["next"] = _next_step_items(history, visible, tail)
+        titles = {title: key for key, en, zh in SECTIONS for title in (en, zh)}
+        titles.update({title: _FROM_PEOPLE[key] for key, en, zh in chat.PEOPLE_SECTIONS for title in (en, zh)
+                       if key in _FROM_PEOPLE})  # an earlier compaction of a chat: its lines go on
+        for key, items in hx.carried_items(history, visible, titles).items():
+            pools.setdefault(key, []).extend(items)
+        return {k: v for k, v in pools.items() if v}
+
+    def _refine(self, draft: Draft, history: hx.History, dropped: Sequence[int], allowance: int,
+                run: Run, kept_text: str = "") -> Draft | None:
+        """Ask the LLM to rewrite the rule draft; keep it only if guarded checks pass."""
+        if not draft.sections:
+            return None
+        zh = _chinese(history)
+        originals = "\n\n".join(f"m{i} {history.speakers[i]}: {history.messages[i].content}" for i in dropped)
+        tokens = run.counter.encode(originals)
+        if len(tokens) > self.max_input_tokens:
+            originals = run.counter.encoding.decode_bytes(tokens[: self.max_input_tokens]).decode(
+                "utf-8", "ignore")
+        marker, metadata = draft.marker, draft.metadata
+        body = "\n\n".join(draft.sections.values())
+        content = f"{body}\n\n---\n\n{originals}"
+        prompt = fill(template_for(self.prompt, "conversation", "zh" if zh else "en"),
+                      query="", budget=str(allowance), content=content)
+        limit = allowance - run.counter.count(_join(marker, "", metadata)) - 4
+
+        def keeps_sections(_: int, reply: str) -> list[str]:
+            missing = [h for h in _HEADING.findall(body) if f"## {h}" not in reply]
+            if missing:
+                return [f"the rewrite lost section(s): {', '.join(missing)}"]
+            if run.counter.count(_join(marker, reply, metadata)) > allowance:
+                return ["the rewrite does not fit the summary allowance"]
+            return []
+
+        reply = complete_guarded([Request(prompt, f"{originals}\n{draft.text}", max(1, limit))], run,
+                                 accept=keeps_sections)[0]
+        if reply is None:
+            return None
+        text = _join(marker, reply.strip(), metadata)
+        quality = quality_score(history, dropped, reply, kept_text)
+        return Draft(text, {"llm": reply.strip()}, draft.cited, quality, method="llm", marker=marker,
+                     metadata=metadata)
+
+
+# -- the analyzer chain and the focus --------------------------------------------------------------
+
+#: Where the people template's sections go in the eight (a history that was a chat and now acts).
+_FROM_PEOPLE: Mapping[str, str] = {"facts": "problem", "events": "problem", "points": "problem",
+                                   "decisions": "pending", "plans": "pending", "questions": "pending"}
+#: Section titles of both templates by key.
+TITLES: Mapping[str, str] = {**{key: en for key, en, _ in SECTIONS},
+                             **{key: en for key, en, _ in chat.PEOPLE_SECTIONS}, "llm": "llm"}
+
+
+def _pin_files(draft: Draft, blocks: Sequence[str], zh: bool) -> Draft:
+    """The draft with the kept file views at the top of its Files and Code Sections."""
+    sections: dict[str, str] = {}
+    pinned = "\n".join(blocks)
+    for key, _, _ in SECTIONS:
+        if key == "files":
+            existing = draft.sections.get("files")
+            sections["files"] = (existing.replace("\n", f"\n{pinned}\n", 1) if existing
+                                 else f"## {_title('files', zh)}\n{pinned}")
+        elif key in draft.sections:
+            sections[key] = draft.sections[key]
+    if not draft.sections:  # only the marker fitted: the files still go
+        sections = {"files": f"## {_title('files', zh)}\n{pinned}"}
+    text = _join(draft.marker, "\n\n".join(sections.values()), draft.metadata)
+    return dataclasses.replace(draft, text=text, sections=sections)
+
+
+def message_weights(chunks: Sequence[Chunk], count: int) -> dict[int, float]:
+    """What the pipeline's classify and score steps say each message is worth, as a multiplier around
+    1 (empty when no step scored them): `combined` (every `score.*` step and third-party scorer,
+    weighted as the pipeline says) from 0.25x to 1.75x, x1.2 for a message labelled actionable."""
+    by_index = {c.units[0]: c for c in chunks if c.units is not None and c.units[1] == c.units[0] + 1}
+    if len(by_index) != count:
+        return {}
+    weights: dict[int, float] = {}
+    for i, chunk in by_index.items():
+        combined = chunk.scores.get("combined")
+        weight = 0.25 + 1.5 * min(1.0, max(0.0, float(combined))) if combined is not None else 1.0
+        if chunk.labels.get("actionability") == "actionable":
+            weight *= 1.2
+        if weight != 1.0:
+            weights[i] = weight
+    return weights
+
+
+def reweigh(pools: dict[str, list[hx.Item]], weights: Mapping[int, float],
+            focus: frozenset[str]) -> dict[str, list[hx.Item]]:
+    """Scale every candidate's priority by its messages' weight (the best of the ones it cites) and
+    raise what matches the focus, in every section (so `/compact focus on ...` works everywhere)."""
+    if not weights and not focus:
+        return pools
+    for items in pools.values():
+        for item in items:
+            if weights:
+                item.priority *= max((weights.get(i, 1.0) for i in item.messages), default=1.0)
+            if focus:
+                words = set(terms(item.text))
+                if words & focus:
+                    item.priority *= 1.0 + 3.0 * len(words & focus) / len(focus)
+    return pools
+
+
+def _quality_from_loss(context: Context, chunks: Sequence[Chunk], plan: dict[str, Any],
+                       parts: list[Segment], counter: TokenCounter) -> tuple[dict[str, Any], list[Segment]]:
+    """Put `validate.loss`'s retention (the same measure, on this history and these segments) in the
+    metadata block instead of the rule draft's own signal count. A history longer than
+    `QUALITY_SAMPLE_CHARS` is measured on an even sample of its messages (every k-th), so the
+    figure costs a bounded time however long the history is."""
+    total = sum(len(c.text) for c in chunks)
+    step = max(1, math.ceil(total / QUALITY_SAMPLE_CHARS))
+    sample = tuple(c for n, c in enumerate(chunks) if n % step == 0)
+    retention = float(loss_report(context.evolve(chunks=sample, segments=tuple(parts)))["retention"])
+    plan = {**plan, "quality": round(retention, 3)}
+    fixed = _with_quality(str(plan["summary"]), float(retention))
+    if counter.count(fixed) > int(plan["summary_tokens"]):  # a figure one token longer: none fits
+        return plan, parts
+    plan["summary"] = fixed
+    parts = [dataclasses.replace(part, text=text, tokens=counter.count(text))
+             if part.metadata.get("section") in ("metadata", "marker")
+             and (text := _with_quality(part.text, retention)) != part.text else part for part in parts]
+    return plan, parts
+
+
+_QUALITY = regex.compile(r"(quality(?: score)?|质量分数) \d\.\d\d")
+
+
+def _with_quality(text: str, quality: float) -> str:
+    """`text` with its last quality figure (the metadata's, after any quoted text) set to `quality`."""
+    found = list(_QUALITY.finditer(text))
+    if not found:
+        return text
+    last = found[-1]
+    return f"{text[:last.start()]}{last.group(1)} {quality:.2f}{text[last.end():]}"
+
+
+# -- section budgets -------------------------------------------------------------------------------
+
+
+def _cost_texts(item: hx.Item, short: bool = False) -> str:
+    text = item.short if short and item.short else item.text
+    return f"{text}, " if item.inline else f"- {text}\n"
+
+
+def allocate(pools: Mapping[str, list[hx.Item]], room: int, counter: TokenCounter,
+             zh: bool = False, fair: float = 0.5) -> dict[str, list[hx.Item]]:
+    """Pick items per section in two passes. First a fair share (`fair` of the room) is water-filled
+    by section weight up to each section's demand, and each section fills its share best-first; then
+    the rest of the room goes to the remaining items anywhere, by value per token (so a tight budget
+    favours dense lines: identifiers, short quotes).
+
+    A line's value is its own (section weight x priority) plus the values it shows that nothing
+    chosen shows yet (the inline identifiers it contains), so a line that repeats listed values is
+    worth only what it adds, and a listed value that a chosen line shows is dropped again (its room
+    goes back to the pool). A short form is worth the share of the line's distinct words it keeps."""
+    return _Allocation(pools, counter, zh).choose(room, fair)
+
+
+class _Allocation:
+    """What `allocate` needs to know of the candidates, counted once for any number of rooms: each
+    one's cost (full and short), the values it shows, and how much of a line its short form keeps."""
+
+    def __init__(self, pools: Mapping[str, list[hx.Item]], counter: TokenCounter, zh: bool) -> None:
+        self.pools = pools
+        self.heads = {k: counter.count(f"## {_title(k, zh)}\n") + 2 for k in pools}
+        self.costs: dict[str, list[tuple[int, int]]] = {}
+        for key, items in pools.items():
+            # a listed value costs itself and a comma (its space joins the next value's first token)
+            full = counter.count_many([f" {it.text}," if it.inline else _cost_texts(it) for it in items])
+            short = counter.count_many([_cost_texts(it, True) if it.short else "" for it in items])
+            self.costs[key] = [(f, s if it.short else f) for it, f, s in zip(items, full, short, strict=True)]
+        # the values lines can show: every inline item, worth its section weight x priority
+        self.worth: dict[str, float] = {}
+        for key, items in pools.items():
+            for it in items:
+                if it.inline:
+                    value = hx.value_key(it.text)
+                    self.worth[value] = max(self.worth.get(value, 0.0), WEIGHTS.get(key, 0.1) * it.priority)
+        single = {v for v in self.worth if hx.WORD_RUN.fullmatch(v)}  # found by word, the rest by search
+        spans = [(v, frozenset(map(hx.value_key, hx.WORD_RUN.findall(v)))) for v in self.worth
+                 if v not in single]
+        self.shows: dict[tuple[str, int, bool], tuple[str, ...]] = {}  # sorted: the same sums everywhere
+        self.said: dict[tuple[str, int, bool], int] = {}  # distinct words: what a short form keeps
+        for key, items in pools.items():
+            for j, it in enumerate(items):
+                if it.inline:
+                    self.shows[key, j, False] = self.shows[key, j, True] = (hx.value_key(it.text),)
+                    continue
+                for short in (False, True) if it.short else (False,):
+                    text = (it.short if short else it.text) or ""
+                    lowered = text.lower()
+                    words = set(hx.WORD_RUN.findall(text))
+                    keys = set(map(hx.value_key, words))
+                    self.shows[key, j, short] = tuple(sorted((keys & single).union(
+                        v for v, runs in spans if runs <= keys
+                        and hx.contains_value(lowered if v.islower() else text, words, v))))
+                    self.said[key, j, short] = max(1, sum(1 for w in keys if len(w) > 2 and not (
+                        w[0] == "m" and w[1:].isdigit())))  # a citation `m12` is no word of the line
+        self.order = {key: rank for rank, key in enumerate(pools)}
+        self.own: dict[tuple[str, int, bool], float] = {}  # a line's own value, short or full
+        for key, items in pools.items():
+            for j, it in enumerate(items):
+                for short in (False, True) if it.short else (False,):
+                    self.own[key, j, short] = 0.0 if it.inline else WEIGHTS.get(key, 0.1) * it.priority * (
+                        min(1.0, self.said[key, j, True] / self.said[key, j, False]) if short else 1.0)
+
+    def gain(self, key: str, j: int, short: bool, covered: set[str], opened: set[str]) -> float:
+        """Value per token of an option, given the values already shown and the sections begun."""
+        worth = self.worth
+        value = self.own[key, j, short] + sum(worth[v] for v in self.shows[key, j, short] if v not in covered)
+        # a list of values shares its heading: its first value does not pay for it alone
+        head = 0 if key in opened or self.pools[key][j].inline else self.heads[key]
+        return value / max(1, self.costs[key][j][1 if short else 0] + head)
+
+    def choose(self, room: int, fair: float = 0.5) -> dict[str, list[hx.Item]]:
+        pools, costs, heads, shows = self.pools, self.costs, self.heads, self.shows
+        demand = {k: heads[k] + sum(c[0] for c in costs[k]) for k in pools}
+        share: dict[str, float] = {}
+        active = [k for k in pools if demand[k] > 0]
+        remaining = float(room) * fair
+        while active:
+            weight = sum(WEIGHTS.get(k, 0.1) for k in active)
+            offer = {k: remaining * WEIGHTS.get(k, 0.1) / weight for k in active}
+            met = [k for k in active if demand[k] <= offer[k]]
+            if not met:
+                share.update(offer)
+                break
+            for k in met:
+                share[k] = demand[k]
+                remaining -= demand[k]
+                active.remove(k)
+        picked: dict[tuple[str, int], bool] = {}  # (section, index) -> shortened
+        opened: set[str] = set()
+        spent = 0
+        for key, items in pools.items():
+            allowance = share.get(key, 0.0) - heads[key]
+            used = 0
+            for j in sorted(range(len(items)), key=lambda j: -items[j].priority):
+                full, short = costs[key][j]
+                if used + full <= allowance:
+                    picked[key, j] = False
+                    used += full
+                elif items[j].short and used + short <= allowance:
+                    picked[key, j] = True
+                    used += short
+            if used:
+                opened.add(key)
+                spent += used + heads[key]
+        budget_left = room - spent
+        for _ in range(3):  # fill; drop listed values a chosen line shows; fill the freed room again
+            covered = {v for (key, j), short in picked.items() for v in shows[key, j, short]}
+            heap = [(-self.gain(key, j, short, covered, opened), self.order[key], j, short, key)
+                    for key, items in pools.items() for j in range(len(items)) if (key, j) not in picked
+                    for short in ((False, True) if items[j].short else (False,))]
+            heapq.heapify(heap)
+            while heap:
+                _, rank, j, short, key = heapq.heappop(heap)
+                if (key, j) in picked:
+                    continue
+                current = self.gain(key, j, short, covered, opened)
+                if heap and current < -heap[0][0] - 1e-12:  # stale: back in line with its real gain
+                    heapq.heappush(heap, (-current, rank, j, short, key))
+                    continue
+                if current <= 0:
+                    break
+                cost = costs[key][j][1 if short else 0] + (0 if key in opened else heads[key])
+                if cost > budget_left:
+                    continue
+                picked[key, j] = short
+                budget_left -= cost
+                opened.add(key)
+                covered.update(shows[key, j, short])
+            lines = {v for (key, j), short in picked.items() if not pools[key][j].inline
+                     for v in shows[key, j, short]}
+            redundant = [(key, j) for (key, j) in picked if pools[key][j].inline
+                         and hx.value_key(pools[key][j].text) in lines]
+            if not redundant:
+                break
+            for key, j in redundant:
+                del picked[key, j]
+                budget_left += costs[key][j][0]
+                if not any(k == key for k, _ in picked):
+                    budget_left += heads[key]
+                    opened.discard(key)
+        chosen: dict[str, list[hx.Item]] = {}
+        for (key, j), short in sorted(picked.items(), key=lambda pick: (self.order[pick[0][0]], pick[0][1])):
+            item = pools[key][j]
+            if short:  # a copy: the pools stay as they were for another allocation
+                item = replace(item, text=item.short or item.text, short=None)
+            chosen.setdefault(key, []).append(item)
+        return chosen
+
+
+def _drop_weakest(chosen: dict[str, list[hx.Item]]) -> None:
+    key, item = min(((k, it) for k, items in chosen.items() for it in items),
+                    key=lambda pair: pair[1].priority * WEIGHTS.get(pair[0], 0.1))
+    chosen[key].remove(item)
+    if not chosen[key]:
+        del chosen[key]
+
+
+def _title(key: str, zh: bool) -> str:
+    for k, en, cn in SECTIONS:
+        if k == key:
+            return cn if zh else en
+    return key
+
+
+def render_sections(chosen: Mapping[str, list[hx.Item]], zh: bool = False) -> dict[str, str]:
+    """Each section as Markdown: its heading, then its lines in message order (inline items, such as
+    identifiers, as one comma-separated line, most cross-referenced first)."""
+    sections = {}
+    for key, _, _ in SECTIONS:
+        items = chosen.get(key)
+        if not items:
+            continue
+        inline = [it for it in items if it.inline]
+        listed = sorted((it for it in items if not it.inline), key=lambda it: it.order)
+        lines = [f"- {it.text}" for it in listed]
+        if inline:
+            lines.insert(0, "- " + ", ".join(it.text for it in sorted(inline, key=lambda it: -it.priority)))
+        sections[key] = f"## {_title(key, zh)}\n" + "\n".join(lines)
+    return sections
+
+
+# -- the frame: marker, metadata, quality ----------------------------------------------------------
+
+
+def _id_list(source_id: str, dropped: Sequence[int], earlier: Sequence[str]) -> str:
+    first, last = dropped[0], dropped[-1]
+    ids = f"{chunk_id(source_id, first)}..{last:04d}" if last != first else chunk_id(source_id, first)
+    return ", ".join(f'"{i}"' for i in (ids, *earlier))
+
+
+def _marker(source_id: str, dropped: Sequence[int], total: int, earlier: Sequence[str], zh: bool) -> str:
+    first, last = dropped[0], dropped[-1]
+    ids = _id_list(source_id, dropped, earlier)
+    if zh:
+        return (f"{SUMMARY_MARK} 以下是 m{first}–m{last}（共 {total} 条）的摘要。"
+                f"原文：expand_context(ids=[{ids}])；mN 即 id 后缀 -000N。")
+    return (f"{SUMMARY_MARK} Summary of m{first}–m{last} (of {total}). "
+            f"Originals: expand_context(ids=[{ids}]); mN is id suffix -000N.")
+
+
+def short_marker(source_id: str, dropped: Sequence[int]) -> str:
+    """The smallest summary (within MIN_SUMMARY_TOKENS): which messages went, and their ids."""
+    return (f"{SUMMARY_MARK} m{dropped[0]}–m{dropped[-1]} compacted: "
+            f"expand_context([{_id_list(source_id, dropped, ())}])")
+
+
+_EXPAND_CALL = regex.compile(r"expand_context\((?:ids=)?\[([^\]]*)\]")
+
+
+def earlier_ids(history: hx.History, dropped: Sequence[int]) -> list[str]:
+    """The ids earlier summaries in the dropped range point to (the way back to the oldest messages)."""
+    found: list[str] = []
+    for i in dropped:
+        if history.kinds[i] == "summary":
+            match = _EXPAND_CALL.search(history.messages[i].content.split("\n", 1)[0])
+            if match:
+                found.extend(regex.findall(r'"([^"]+)"', match.group(1)))
+    return list(dict.fromkeys(found))
+
+
+def _metadata(original: int, compressed: int, quality: float, role: str, zh: bool,
+              tight: bool = False) -> str:
+    ratio = compressed / original if original else 0.0
+    if tight:  # one line after the marker
+        return f"({original}→{compressed} tokens, ratio {ratio:.2f}, quality {quality:.2f}, role {role})"
+    if zh:
+        return (f"## 压缩元信息\n- 原始 {original} tokens → 压缩后 {compressed}（比例 {ratio:.2f}）；"
+                f"质量分数 {quality:.2f}；角色 {role}")
+    return (f"## Compression Metadata\n- Original {original} tokens → {compressed} (ratio {ratio:.2f}); "
+            f"quality score {quality:.2f}; role: {role}")
+
+
+def _frame(marker: str, body: str, metadata: str, tight: bool) -> str:
+    """Marker, sections, metadata block; under a tight allowance the metadata joins the marker line."""
+    return _join(f"{marker} {metadata}", body, "") if tight else _join(marker, body, metadata)
+
+
+def _frame_size(counter: TokenCounter, marker: str, body: str, tight: bool) -> Callable[[str], int]:
+    """`metadata -> counter.count(_frame(marker, body, metadata, tight))`, counting the long part once:
+    the metadata block comes after a blank line and starts with "## ", where no token of the
+    tiktoken encodings (nor of the approximate one) spans, so the two counts add up exactly. Under a
+    tight allowance the metadata shares the marker's line, and the (short) frame is counted whole."""
+    if tight:
+        return lambda metadata: counter.count(_frame(marker, body, metadata, tight))
+    rest = counter.count(_join(marker, body, "") + "\n\n")
+    return lambda metadata: rest + counter.count(metadata)
+
+
+def _join(marker: str, body: str, metadata: str) -> str:
+    return "\n\n".join(part for part in (marker, body, metadata) if part)
+
+
+def _readable(history: hx.History, scope: Sequence[int], draft: Draft, plan: Plan) -> float:
+    kept = "\n".join(history.messages[i].content for i in (*plan.head, *plan.tail))
+    return quality_score(history, scope, draft.text, kept)
+
+
+def quality_score(history: hx.History, dropped: Sequence[int], text: str, kept_text: str) -> float:
+    """Share of the dropped part's key signals still readable after compaction: edited files, error
+    lines, user messages (their opening words) and the most cross-referenced identifiers, weighted."""
+    visible = (text + "\n" + kept_text).lower()
+    signals: list[tuple[float, str]] = []
+    dropped_set = set(dropped)
+    for action in history.actions:
+        if action.index in dropped_set:
+            signals.extend((2.0, p.rsplit("/", 1)[-1]) for p in action.writes)
+            if action.failed and action.error:
+                signals.append((1.5, action.error[:40]))
+    for i in history.user_turns(dropped):
+        signals.append((2.0, " ".join(history.messages[i].content.split())[:30]))
+    for _, token, _, _, _ in hx.identifier_scores(history, dropped)[:30]:
+        signals.append((1.0, token))
+    signals = [(w, s.lower()) for w, s in signals if s.strip()]
+    if not signals:
+        return 1.0
+    total = sum(w for w, _ in signals)
+    flat = ""  # the visible text on one line, built once and only when a signal is not found as is
+    found = 0.0
+    for weight, signal in signals:
+        if signal not in visible:
+            flat = flat or " ".join(visible.split())
+            if " ".join(signal.split()) not in flat:
+                continue
+        found += weight
+    return found / total
+
+
+def _next_step_items(history: hx.History, dropped: Sequence[int], tail: Sequence[int]) -> list[hx.Item]:
+    """The latest user instruction quoted verbatim (when it is not kept verbatim in the tail)."""
+    users = history.user_turns(dropped)
+    if not users or any(history.kinds[i] == "user" for i in tail):
+        return []
+    i = users[-1]
+    text = history.messages[i].content.strip()
+    return [hx.Item(f"Latest instruction ({history.label(i)}m{i}):\n{hx.quote(text)}", (i,), 2.2, i,
+                    short=f"Latest instruction ({history.label(i)}m{i}): \"{hx.lead(text, 300)}\"")]
+
+
+_CJK = regex.compile(r"\p{Han}")
+_LATIN = regex.compile(r"[A-Za-z]")
+
+
+def _chinese(history: hx.History) -> bool:
+    """Whether the people and agents of a history write Chinese (tool output does not count)."""
+    parts: list[str] = []
+    size = 0
+    for i, kind in enumerate(history.kinds):
+        if kind in ("user", "assistant"):
+            parts.extend(found := hx.sentences_of(history.messages[i].content[:4000], 6))
+            size += sum(len(p) for p in found)
+            if size >= 20000:  # enough prose to tell
+                break
+    prose = " ".join(parts)[:20000]
+    han = len(_CJK.findall(prose))
+    return han > 0 and han >= len(_LATIN.findall(prose)) / 8  # a Han character says ~4 letters' worth
+
+
+def _answers_role(history: hx.History, i: int, role: str) -> bool:
+    j = i - 1
+    while j >= 0 and history.kinds[j] == "output":
+        j -= 1
+    return j >= 0 and history.speakers[j] == role
+
+
+def _main_role(history: hx.History) -> str:
+    speakers = [history.speakers[i] for i, k in enumerate(history.kinds) if k == "assistant"]
+    names = sorted(set(speakers))
+    if not names:
+        return "assistant"
+    return names[0] if len(names) == 1 else "all (" + ", ".join(names) + ")"
+
+
+def _message_segment(source: Source, index: int, message: Message, cost: int) -> Segment:
+    label = speaker(message)
+    return Segment(id=chunk_id(source.id, index), text=f"**{label}:** {message.content}".rstrip(),
+                   chunk_ids=(chunk_id(source.id, index),), title=label, source_id=None, tokens=cost,
+                   metadata=frozen_mapping({"message": index, "verbatim": True}))

@@ -1,0 +1,1020 @@
+"""What an agent's history contains, read by rules: people, actions, files, errors, tasks, identifiers.
+
+`History` reads a message list once (who spoke, which messages are real user turns and which are
+tool output, the commands and tool calls, the files they read and wrote, the errors they hit) and
+the `*_items` functions turn that into candidate lines for the 8 sections of `compress.eight_segment`.
+Every candidate names the messages it came from, so the summary can cite them and a reader can expand
+them back to the originals. Works on the three wire formats of `compactor.formats.messages`, on coding agents
+that act through text commands (```bash blocks, SWE-agent's `edit ... end_of_edit`, aider's
+SEARCH/REPLACE blocks) and on Chinese as well as English text.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import regex
+
+from compactor.document import Message
+from compactor.formats.compaction import SUMMARY_MARK
+from compactor.formats.messages import ToolCall, answers, calls, speaker
+from compactor.text.sentences import split_sentences
+from compactor.text.terms import terms
+
+# -- patterns --------------------------------------------------------------------------------------
+
+_PATHISH = re.compile(r"(?<![\w/.:@-])[\w./@+-]*\w\.([A-Za-z]{1,10})(?![\w/-])")
+_EXT = (r"py|pyx|pyi|ipynb|js|mjs|cjs|jsx|ts|tsx|json|jsonl|ya?ml|toml|cfg|ini|conf|md|rst|txt|c|h|cc|"
+        r"cpp|hpp|go|rs|java|kt|rb|php|sh|bash|html?|css|scss|sql|xml|csv|lock|gradle|swift|cs|vue|"
+        r"ecsv|fits|env|proto|dockerfile|tf|lua|pl|r|scala|dart|ex|exs|erl|hs|ml|zig")
+PATH = regex.compile(
+    rf"(?<![\w/.:@-])(?:\.{{1,2}}/|/)?(?:[\w@+-][\w.@+-]*/)*[\w+-][\w.+-]*\.(?:{_EXT})(?![\w/-])",
+    regex.IGNORECASE)
+_DOT_LETTER = re.compile(r"\.[A-Za-z]")
+_EXTENSIONS = frozenset(e for e in _EXT.split("|") if "?" not in e) | {"yaml", "yml", "htm", "html"}
+
+
+def find_paths(text: str) -> list[tuple[int, str]]:
+    """(offset, path) of every file path in a text: a cheap scan for `name.ext` words, then the
+    extension checked against the known ones (faster than one big pattern on long tool output)."""
+    found = []
+    end = 0
+    while (hit := _DOT_LETTER.search(text, end)) is not None:
+        # a path holds ".x" and no line break: scan only the lines that have one
+        start = text.rfind("\n", 0, hit.start()) + 1
+        end = text.find("\n", hit.start())
+        end = len(text) if end < 0 else end
+        for match in _PATHISH.finditer(text, start, end):
+            if match.group(1).lower() in _EXTENSIONS and "//" not in match.group(0):
+                found.append((match.start(), match.group(0)))
+    return found
+
+
+_FENCE = regex.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", regex.DOTALL)
+_XML_COMMAND = regex.compile(r"<command>\s*(.*?)\s*</command>", regex.DOTALL)
+_RETURNCODE = re.compile(r"<returncode>\s*(-?\d+)\s*</returncode>")
+_OBSERVATION = regex.compile(
+    r"^\s*(?:<returncode>|<output>|observation\s*:|\[File: |tool (?:output|result)\s*:|"
+    r"exit code\s*:?\s*-?\d|file updated\.|\$ )|\(Open file: [^\n]*\)\s*\n\(Current directory: |"
+    r"bash-\$\s*$", regex.IGNORECASE | regex.MULTILINE)
+#: Literals of which every `_ERROR_LINE` match (and a traceback) holds one.
+_ERROR_WORDS = ("Error", "Exception", "Traceback", "error", "fatal", "failed", "failure", "FAILED",
+                "ERROR", "command not found", "No such file or directory", "Segmentation fault",
+                "错误", "失败", "异常", "报错")
+_OPEN_FILE = re.compile(r"\(Open file: ([^)\n]+)\)|\[File: ([^\s(\]]+)")
+_ERROR_LINE = regex.compile(
+    r"\b[A-Z]\w*(?:Error|Exception)\b(?::|$)|\bTraceback \(most recent call last\)|"
+    r"\b(?:error|fatal|failed|failure)\b\s*[:!]|\bFAILED\b|\bERROR\b|command not found|"
+    r"No such file or directory|Segmentation fault|错误|失败|异常|报错", regex.MULTILINE)
+_TRACE_LAST = regex.compile(r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b.*$", regex.MULTILINE)
+_PASS = regex.compile(r"\b(?:passed|succeeded|success(?:ful(?:ly)?)?|all tests pass|OK\b|works?\b|"
+                      r"fixed|resolved)|成功|通过|已修复", regex.IGNORECASE)
+_WRITE_TOOL = regex.compile(r"(?:^|_)(?:edit|write|create|insert|replace|str_replace|patch|apply|"
+                            r"save|append|update_file|modify)", regex.IGNORECASE)
+_PATH_KEYS = ("path", "file", "filename", "file_path", "filepath", "target_file", "target")
+_BODY_KEYS = ("new_str", "content", "replacement_text", "file_text", "text", "code", "patch", "diff",
+              "new_content", "insert_text")
+_SHELL_WRITES = (
+    r"(?:sed\s+-i\S*|perl\s+-p?i\S*)\s+(?:-e\s+)?(?:'[^']*'|\"[^\"]*\"|\S+)(?:\s+-e\s+(?:'[^']*'|\"[^\"]*\"))*"
+    r"\s+(?P<path>[^\s;&|>]+)",
+    r"(?:>>?|\btee(?:\s+-a)?)\s*(?P<path2>[^\s;&|<>'\"]+)",
+    r"\bopen\(\s*['\"](?P<path3>[^'\"]+)['\"]\s*,\s*['\"][wa]",
+    r"(?P<path4>[\w./-]+)['\"]?\)\.write_text\(",
+    r"^(?:create|touch)\s+(?P<path5>\S+)")
+_SHELL_WRITE = re.compile("|".join(_SHELL_WRITES), re.MULTILINE)
+#: The same without `.write_text(` (that alternative tries every word start: most of the scan's time),
+#: for the commands without one, where it cannot match.
+_SHELL_WRITE_PLAIN = re.compile("|".join(p for p in _SHELL_WRITES if "write_text" not in p), re.MULTILINE)
+_HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?[^\n]*\n(.*?)\n\1\b", re.DOTALL)
+_SWE_EDIT = re.compile(r"^edit\s+\d+:\d+\s*\n(.*?)\nend_of_edit", re.DOTALL | re.MULTILINE)
+_SEARCH_REPLACE = regex.compile(
+    r"(?:^|\n)([^\n`]*?\S)\s*\n```[^\n]*\n<<<<<<< SEARCH\n.*?\n=======\n(.*?)\n>>>>>>> REPLACE", regex.DOTALL)
+_DIFF_FILE = re.compile(r"^\+\+\+ (?:b/)?(\S+)", re.MULTILINE)
+_READ_COMMAND = regex.compile(r"^\s*(?:cat|nl|head|tail|less|more|open|view|sed\s+-n|grep|rg|bat)\b")
+
+_TASK_LINE = regex.compile(
+    r"^\s*(?:[-*]\s*\[ \]\s*(?P<box>.+)|(?:TODO|FIXME)\b[:\s]*(?P<todo>.+)|"
+    r"(?:[-*]|\d+[.)])\s+(?P<step>.+))$", regex.MULTILINE)
+_PLAN_HEAD = regex.compile(r"\b(?:plan|next steps|todo|to-do|remaining (?:steps|tasks|work)|steps)\s*:|"
+                           r"(?:计划|步骤|待办|下一步)[:：]", regex.IGNORECASE)
+_DONE_BOX = regex.compile(r"^\s*[-*]\s*\[[xX]\]\s*(.+)$", regex.MULTILINE)
+_INTENT = regex.compile(
+    r"\b(?:next,? (?:I|we)(?:'ll| will| need| should)|(?:I|we) (?:still )?need to|(?:I|we)'ll now|"
+    r"(?:I|we) (?:will|should) (?:now |then |also )?|remaining(?: steps?)?:|still (?:need|have) to|"
+    r"let's|plan:|then (?:I|we)(?:'ll| will))|"
+    r"接下来|下一步|还需要|待办|计划|然后(?:我|我们)?(?:会|要|将)",
+    regex.IGNORECASE)
+_DONE_WORDS = regex.compile(r"\b(?:done|completed?|finished|fixed|implemented|added|updated|resolved|"
+                            r"verified|passes|passed)\b|已完成|完成了|已修复|已经", regex.IGNORECASE)
+_DECISION = regex.compile(
+    r"\b(?:the (?:root )?cause|the (?:issue|problem|bug) (?:is|was)|because|so (?:I|we)|therefore|"
+    r"(?:I|we) (?:decided|chose|will use|should use)|instead|the fix|this means|turns out|it seems|"
+    r"found that|the reason|works? because|approach)\b|原因|因为|所以|决定|改为|问题(?:是|在于)|发现",
+    regex.IGNORECASE)
+_REQUEST = regex.compile(
+    r"\b(?:need|want|would like|require|should|must|please|make|implement|create|build|fix|add|"
+    r"change|remove|update|write|ensure|can you|could you)\b|请|需要|希望|要求|必须|帮我|实现|修复",
+    regex.IGNORECASE)
+_IDENT = re.compile(
+    r"`([^`\n]{2,48})`|"
+    r"\b(\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?)\b|"
+    r"(\$\s?\d[\d,]*(?:\.\d+)?|\b\d[\d,]*(?:\.\d+)?\s?(?:USD|EUR|GBP|元|美元))|"
+    r"\b([\w.+-]+@[\w-]+\.[\w.-]+)\b|"
+    r"\b([A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+|[A-Z][a-z0-9]+(?:[A-Z][A-Za-z0-9]*)+|"
+    r"[A-Za-z]+\d+[A-Za-z0-9]*|\d+[A-Za-z]+[A-Za-z0-9]*|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*){1,4}(?:\(\))?|"
+    r"[A-Z]{2,}[A-Z0-9]*)\b")
+_NUMBER = re.compile(r"[\d.,:+ -]+")
+_WORDS = regex.compile(r"[\w@.+-]*\w")
+WORD_RUN = regex.compile(r"\w+")
+_STOP_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "ok", "the", "and", "available",
+                          "error", "success", "active", "pending"})
+_PROSE_NUMBER = regex.compile(r"(?<![\w.$:-])(?<!\d,)\d{3,}(?:[.,]\d+)?(?![\w%.:-]|\.\d)")
+_CODE_SHAPE = regex.compile(r"(?=.*\d)(?=.*[A-Za-z])|_|^\d{4}-\d{2}-\d{2}|@")
+_COMMON_DOTTED = frozenset({"e.g", "i.e", "etc", "vs", "a.m", "p.m"})
+_COMMON_CAPS = frozenset({"OK", "THOUGHT", "DISCUSSION", "COMMAND", "ISSUE", "PR", "API", "URL", "ID", "EST",
+                          "UTC", "JSON", "HTML", "HTTP", "HTTPS", "NOTE", "TODO", "FIXME", "IMPORTANT",
+                          "USA", "I", "AM", "PM", "EOF", "END", "CLI", "SETTING", "INSTRUCTIONS"})
+
+# -- the reading -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Action:
+    """One thing an assistant did: a structured tool call or a command in its text."""
+
+    index: int
+    name: str
+    text: str
+    call: ToolCall | None = None
+    writes: list[str] = field(default_factory=list)
+    snippets: dict[str, str] = field(default_factory=dict)
+    reads: list[str] = field(default_factory=list)
+    result: int | None = None
+    failed: bool = False
+    error: str | None = None
+
+
+class History:
+    """One pass over a message list; everything the section extractors need, indexed by message."""
+
+    def __init__(self, messages: Sequence[Message]) -> None:
+        self.messages = list(messages)
+        n = len(self.messages)
+        self.kinds: list[str] = [self._kind(i) for i in range(n)]
+        self.speakers = [speaker(m) for m in self.messages]
+        self.actions: list[Action] = []
+        self.by_message: dict[int, list[Action]] = defaultdict(list)
+        self.open_file: str | None = None
+        #: Results computed once per history (identifier scores per range, ...).
+        self.cache: dict[tuple[object, ...], object] = {}
+        for i in range(n):
+            self._read(i)
+        speakers = {self.speakers[i] for i in range(n) if self.kinds[i] == "assistant"}
+        #: Label speakers in section lines when several agents (or named users) share the history.
+        self.multi_role = len(speakers) > 1 or any(m.name for m in self.messages if m.role == "user")
+
+    # message kinds: system, user (a person), assistant, output (tool results and observations)
+    def _kind(self, i: int) -> str:
+        message = self.messages[i]
+        if message.role in ("system", "developer"):
+            return "system"
+        if message.content.startswith(SUMMARY_MARK) and "expand_context(" in message.content[:400]:
+            return "summary"  # an earlier compaction: its sections are carried, not quoted
+        if answers(message) is not None:
+            return "output"
+        if message.role == "user":
+            if message.raw.get("is_demo") if message.raw else False:
+                return "output"
+            if i > 0 and self._acted(i - 1) and _OBSERVATION.search(message.content[:3000]):
+                return "output"
+            return "user"
+        return "assistant"  # assistants, named agents, and any other role that acts
+
+    def _acted(self, i: int) -> bool:
+        message = self.messages[i]
+        return bool(calls(message)) or "```" in message.content or "<command>" in message.content
+
+    def label(self, i: int) -> str:
+        """`[coder] ` in multi-role histories, else nothing."""
+        return f"[{self.speakers[i]}] " if self.multi_role else ""
+
+    def _read(self, i: int) -> None:
+        message = self.messages[i]
+        kind = self.kinds[i]
+        text = message.content
+        for match in _OPEN_FILE.finditer(text[-600:] if kind == "output" else ""):
+            self.open_file = _clean_path(match.group(1) or match.group(2))
+        if kind == "output":
+            self._observe(i)
+            return
+        if kind != "assistant":
+            return
+        made = calls(message)
+        for call in made:
+            self._add(Action(i, call.name, f"{call.name}({_short_args(call)})", call=call),
+                      call.arguments, call)
+        if not made:
+            for command in _commands(text):
+                first = command.strip().split("\n", 1)[0]
+                self._add(Action(i, first.split(" ", 1)[0][:40], first[:200]), command, None)
+        if "<<<<<<< SEARCH\n" not in text:  # the block's literal: no scan of text without one
+            return
+        for match in _SEARCH_REPLACE.finditer(text):
+            path = _clean_path(match.group(1).strip("`*: "))
+            if PATH.fullmatch(path):
+                self._note_write(i, path, match.group(2))
+
+    def _add(self, action: Action, body: str, call: ToolCall | None) -> None:
+        if call is not None:
+            args = call.parsed()
+            if isinstance(args, dict):
+                path = next((str(args[k]) for k in _PATH_KEYS if isinstance(args.get(k), str)), None)
+                snippet = next((str(args[k]) for k in _BODY_KEYS if isinstance(args.get(k), str)), None)
+                if path is None and snippet is not None and self.open_file and _WRITE_TOOL.search(call.name):
+                    path = self.open_file
+                command = args.get("command") if isinstance(args.get("command"), str) else None
+                if path and (_WRITE_TOOL.search(call.name) or (command and _WRITE_TOOL.search(command))):
+                    action.writes.append(_clean_path(path))
+                    if snippet:
+                        action.snippets[_clean_path(path)] = snippet
+                elif path:
+                    action.reads.append(_clean_path(path))
+                if command and not path:
+                    self._shell(action, command)
+            else:
+                self._shell(action, str(args))
+        else:
+            self._shell(action, body)
+        self.actions.append(action)
+        self.by_message[action.index].append(action)
+
+    def _shell(self, action: Action, command: str) -> None:
+        writes = _SHELL_WRITE if ").write_text(" in command else _SHELL_WRITE_PLAIN
+        for match in writes.finditer(command):
+            path = next((g for g in match.groups() if g), None)
+            if path and PATH.fullmatch(_clean_path(path)) and not path.startswith("/dev/"):
+                action.writes.append(_clean_path(path))
+        for match in _HEREDOC.finditer(command):
+            before = command[:match.start()].rsplit("\n", 1)[-1]
+            head = before + command[match.start():match.end()].split("\n", 1)[0]
+            target = regex.search(r">\s*([^\s;&|<>'\"]+)", head)
+            if target and PATH.fullmatch(_clean_path(target.group(1))):
+                path = _clean_path(target.group(1))
+                if path not in action.writes:
+                    action.writes.append(path)
+                action.snippets[path] = match.group(2)
+        swe = _SWE_EDIT.search(command)
+        if swe and self.open_file:
+            action.writes.append(self.open_file)
+            action.snippets[self.open_file] = swe.group(1)
+        if _READ_COMMAND.match(command):
+            action.reads.extend(_clean_path(p) for _, p in find_paths(command[:300]))
+        action.writes = list(dict.fromkeys(action.writes))
+
+    def _note_write(self, i: int, path: str, snippet: str) -> None:
+        action = Action(i, "edit", f"edit {path}", writes=[path], snippets={path: snippet})
+        self.actions.append(action)
+        self.by_message[i].append(action)
+
+    def _observe(self, i: int) -> None:
+        """Attach a tool output to the action it answers and judge whether it failed."""
+        text = self.messages[i].content
+        target = self._answered(i)
+        # error_summary's patterns all need one of _ERROR_WORDS (or a JSON body): most outputs of a
+        # long history skip its slow scan
+        error = (error_summary(text) if any(w in text for w in _ERROR_WORDS) or text.lstrip().startswith("{")
+                 else None)
+        code = _RETURNCODE.search(text[:200])
+        failed = bool(error) or bool(code and code.group(1) != "0")
+        if code and code.group(1) == "0" and error and "Traceback" not in text:
+            failed = False
+        if target is None:
+            return
+        target.result = i
+        target.failed = failed
+        target.error = error or (f"exit code {code.group(1)}" if failed and code else None)
+        for path in _DIFF_FILE.findall(text) if "+++ " in text else ():
+            path = _clean_path(path)
+            if PATH.fullmatch(path):
+                target.writes.append(path)
+
+    def _answered(self, i: int) -> Action | None:
+        """The action a tool output answers: the call with its id, else the first open structured
+        call (or the last text command) of the nearest message that acted."""
+        open_actions = [a for j in range(i - 1, max(-1, i - 6), -1) for a in self.by_message.get(j, ())
+                        if a.result is None]
+        for call_id in answers(self.messages[i]) or ():
+            match = next((a for a in open_actions if a.call is not None and a.call.id == call_id), None)
+            if call_id is not None and match is not None:
+                return match
+        if not open_actions:
+            return None
+        nearest = [a for a in open_actions if a.index == open_actions[0].index]
+        structured = [a for a in nearest if a.call is not None]
+        return structured[0] if structured else nearest[-1]
+
+    # -- derived views -------------------------------------------------------------------------
+
+    def user_turns(self, indices: Iterable[int]) -> list[int]:
+        """Indices of real user messages (people, not tool output dressed as `user`)."""
+        return [i for i in indices if self.kinds[i] == "user" and self.messages[i].content.strip()]
+
+
+def _commands(text: str) -> list[str]:
+    """Commands in an assistant's text: the fenced blocks (the last is usually the action)."""
+    found = [m.group(1) for m in _FENCE.finditer(text)] if "```" in text else []
+    if "<command>" in text:
+        found += [m.group(1) for m in _XML_COMMAND.finditer(text)]
+    return [c for c in found if c.strip()][-2:]
+
+
+def _short_args(call: ToolCall, limit: int = 160) -> str:
+    args = call.parsed()
+    if isinstance(args, dict):
+        parts = []
+        for key, value in args.items():
+            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False,
+                                                                    separators=(",", ":"))
+            parts.append(f"{key}={shown}")
+        text = ", ".join(parts)
+    else:
+        text = str(args)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _clean_path(path: str) -> str:
+    path = path.strip().strip("'\"`,;:()[]")
+    for prefix in ("./", "a/", "b/"):
+        if path.startswith(prefix) and len(path) > len(prefix):
+            path = path[len(prefix):]
+    return path
+
+
+_SPACE_RUN = regex.compile(r"\s*")
+
+
+def first_error_line(text: str) -> regex.Match[str] | None:
+    """`_ERROR_LINE.search(text)`, searching only the lines that hold one of `_ERROR_WORDS` (every
+    match starts on the line of its word; a long output is mostly lines without one)."""
+    upcoming = {word: at for word in _ERROR_WORDS if (at := text.find(word)) >= 0}
+    while upcoming:
+        at = min(upcoming.values())
+        start = text.rfind("\n", 0, at) + 1
+        end = text.find("\n", at)
+        if end < 0:
+            return _ERROR_LINE.search(text, start)
+        # "error\n  :" matches too: the window reaches the first character after the line's end
+        # and the whitespace that follows it
+        found = _ERROR_LINE.search(text, start, min(len(text), _SPACE_RUN.match(text, end).end() + 1))
+        if found is not None:
+            return found
+        for word, where in list(upcoming.items()):
+            if where <= end:
+                following = text.find(word, end + 1)
+                if following < 0:
+                    del upcoming[word]
+                else:
+                    upcoming[word] = following
+    return None
+
+
+def error_summary(text: str) -> str | None:
+    """The most telling error line of a tool output (a traceback's last line first), or None."""
+    if "Traceback (most recent call last)" in text:
+        tail = text[text.rindex("Traceback (most recent call last)"):]
+        last = _TRACE_LAST.findall(tail)
+        if last:
+            return _trim(last[-1], 200)
+    found = first_error_line(text)
+    if found is None:
+        stripped = text.strip()
+        if stripped.startswith("{"):
+            try:
+                data = json.loads(stripped)
+            except ValueError:
+                return None
+            if isinstance(data, dict) and data.get("error"):
+                return _trim(f"error: {data['error']}", 200)
+        return None
+    line = _line_at(text, found.start(), found.end()).strip()
+    benign = line.lower().startswith(("warning", "0 failed", "no errors"))
+    if benign or regex.search(r"\b0 (?:errors|failed)\b", line):
+        return None
+    return _trim(line, 200)
+
+
+def _line_at(text: str, start: int, end: int) -> str:
+    """The whole line around a match."""
+    return text[text.rfind("\n", 0, start) + 1: (text.find("\n", end) + 1 or len(text) + 1) - 1]
+
+
+def _trim(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+# -- candidate items -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Item:
+    """One candidate line of a section: full and short renderings, the messages it cites, its value."""
+
+    text: str
+    messages: tuple[int, ...]
+    priority: float
+    order: float
+    short: str | None = None
+    inline: bool = False
+
+
+def sentences_of(text: str, limit: int = 60) -> list[str]:
+    """Sentences of a prose text (code blocks removed), at most `limit` (of the first 60)."""
+    return list(_sentences(text)[:limit])
+
+
+@functools.lru_cache(maxsize=16384)  # every message of a long chat: a smaller LRU thrashes on each pass
+def _sentences(text: str) -> tuple[str, ...]:
+    prose = _FENCE.sub(" ", text) if "```" in text else text
+    spans = split_sentences(prose[:20000])
+    found = []
+    for start, end in spans[:120]:
+        sentence = " ".join(prose[start:end].split())
+        if len(sentence) >= 8:
+            found.append(sentence)
+        if len(found) >= 60:
+            break
+    return tuple(found)
+
+
+def lead(text: str, chars: int) -> str:
+    """The start of a text on one line, cut at a sentence or word boundary, with an ellipsis when cut."""
+    flat = " ".join(text.split())
+    if len(flat) <= chars:
+        return flat
+    cut = flat[:chars]
+    for mark in ("。", ". ", "\n", "！", "？", "; ", ", ", " "):
+        at = cut.rfind(mark)
+        if at > chars // 2:
+            return cut[:at + len(mark)].rstrip() + " …"
+    return cut.rstrip() + "…"
+
+
+def quote(text: str) -> str:
+    """A message quoted on indented lines (Markdown-safe inside a list item)."""
+    lines = text.strip().splitlines() or [""]
+    return "\n".join(f"  > {line}" if line.strip() else "  >" for line in lines)
+
+
+def primary_items(history: History, dropped: Sequence[int], head: Sequence[int]) -> list[Item]:
+    """The first user request (when it is not kept verbatim) and the requirement sentences of later
+    user messages that change or extend it."""
+    users = history.user_turns(range(len(history.messages)))
+    items: list[Item] = []
+    if not users:
+        return items
+    first = users[0]
+    text = history.messages[first].content
+    if first in head:
+        items.append(Item(f"The original request (m{first}) is kept verbatim above.", (first,), 0.2, first))
+    elif first in dropped:
+        items.append(Item(f"{history.label(first)}(m{first})\n{quote(text)}", (first,), 3.0, first,
+                          short=f"{history.label(first)}(m{first}) {lead(text, 600)}"))
+    for i in users[1:]:
+        if i not in dropped:
+            continue
+        for sentence in sentences_of(history.messages[i].content, 8):
+            if _REQUEST.search(sentence):
+                late = i / max(1, len(history.messages))
+                items.append(Item(f"{history.label(i)}{sentence} (m{i})", (i,), 1.2 + late, i,
+                                  short=f"{history.label(i)}{lead(sentence, 160)} (m{i})"))
+                break
+    return items
+
+
+def user_items(history: History, dropped: Sequence[int]) -> list[Item]:
+    """Every dropped user message verbatim; the first and the latest rank highest."""
+    users = history.user_turns(dropped)
+    items = []
+    for rank, i in enumerate(users):
+        text = history.messages[i].content.strip()
+        edge = rank == 0 or rank == len(users) - 1
+        priority = 2.5 if edge else 1.0 + 0.8 * rank / max(1, len(users))
+        items.append(Item(f"{history.label(i)}(m{i}) {text}" if "\n" not in text
+                          else f"{history.label(i)}(m{i})\n{quote(text)}", (i,), priority, i,
+                          short=f"{history.label(i)}(m{i}) {lead(text, 240)}"))
+    return items
+
+
+def file_items(history: History, dropped: Sequence[int], snippet_lines: int = 12) -> list[Item]:
+    """Each file the dropped turns wrote or read: what happened to it and its latest snippet."""
+    dropped_set = set(dropped)
+    mentions: Counter[str] = Counter()
+    first_seen: dict[str, int] = {}
+    for i in dropped:
+        if history.kinds[i] == "system":
+            continue
+        content = history.messages[i].content[:20000]
+        for start, raw in find_paths(content):
+            path = _clean_path(raw)
+            if "://" in content[max(0, start - 10):start]:
+                continue
+            mentions[path] += 1
+            first_seen.setdefault(path, i)
+    writes: dict[str, list[int]] = defaultdict(list)
+    reads: Counter[str] = Counter()
+    snippets: dict[str, tuple[int, str]] = {}
+    for action in history.actions:
+        if action.index not in dropped_set:
+            continue
+        for path in action.writes:
+            writes[path].append(action.index)
+            first_seen.setdefault(path, action.index)
+        for path, snippet in action.snippets.items():
+            snippets[path] = (action.index, snippet)
+        for path in action.reads:
+            reads[path] += 1
+            first_seen.setdefault(path, action.index)
+    canonical = _merge_paths(set(mentions) | set(writes) | set(reads))
+    merged_mentions: Counter[str] = Counter()
+    for path, count in mentions.items():
+        merged_mentions[canonical[path]] += count
+    merged_writes: dict[str, list[int]] = defaultdict(list)
+    for path, where in writes.items():
+        merged_writes[canonical[path]].extend(where)
+    merged_reads: Counter[str] = Counter()
+    for path, count in reads.items():
+        merged_reads[canonical[path]] += count
+    merged_snippets: dict[str, tuple[int, str]] = {}
+    for path, (where, snippet) in snippets.items():
+        key = canonical[path]
+        if key not in merged_snippets or merged_snippets[key][0] < where:
+            merged_snippets[key] = (where, snippet)
+    n = max(1, len(history.messages))
+    earliest: dict[str, int] = {}
+    for spelling, path in canonical.items():
+        earliest[path] = min(earliest.get(path, n), first_seen.get(spelling, n))
+    items = []
+    for path in sorted(set(canonical.values())):
+        edited = sorted(set(merged_writes.get(path, ())))
+        count = merged_mentions.get(path, 0)
+        read = merged_reads.get(path, 0)
+        if not edited and not read and count < 2:
+            continue
+        seen = earliest[path]
+        status = []
+        if edited:
+            status.append("edited " + ", ".join(f"m{i}" for i in edited[-4:]))
+        if read:
+            status.append(f"read {read}×")
+        if count:
+            status.append(f"mentioned {count}×")
+        line = f"`{path}`: {'; '.join(status)}"
+        priority = (3.0 + min(len(edited), 5) * 0.3 + max(edited) / n) if edited else (
+            0.6 + min(count + 2 * read, 20) / 20)
+        cites = tuple(edited[-4:]) or (seen,)
+        snippet = merged_snippets.get(path)
+        if snippet is not None:
+            body = "\n".join(snippet[1].strip("\n").splitlines()[:snippet_lines])
+            fence = "````" if "```" in body else "```"
+            full = f"{line} (latest, m{snippet[0]}):\n{fence}\n{body}\n{fence}"
+            items.append(Item(full, cites, priority, max(edited) if edited else seen, short=line))
+        else:
+            items.append(Item(line, cites, priority, max(edited) if edited else seen))
+    return items
+
+
+def _merge_paths(paths: set[str]) -> dict[str, str]:
+    """Map every spelling of a file to one: `fields.py`, `/testbed/src/m/fields.py` -> `src/m/fields.py`
+    (the shortest spelling with a folder that every other spelling ends with)."""
+    by_name: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(paths):
+        by_name[path.rsplit("/", 1)[-1]].append(path)
+    canonical: dict[str, str] = {}
+    for group in by_name.values():
+        relative = sorted((p for p in group if "/" in p and not p.startswith("/")), key=len)
+        for path in sorted(group, key=len):
+            target = path
+            for candidate in relative:
+                if candidate != path and (path.endswith("/" + candidate) or candidate.endswith("/" + path)):
+                    target = candidate if len(candidate) <= len(path) or "/" not in path else path
+                    break
+            canonical[path] = target
+        if len({canonical[p] for p in group}) == 2 and any("/" not in p for p in group):
+            full = next(p for p in group if "/" in canonical[p])
+            for p in group:
+                if "/" not in p:
+                    canonical[p] = canonical[full]
+    for path in list(canonical):
+        while canonical.get(canonical[path], canonical[path]) != canonical[path]:
+            canonical[path] = canonical[canonical[path]]
+    return canonical
+
+
+def error_items(history: History, dropped: Sequence[int]) -> list[Item]:
+    """Failures of the dropped turns, each with the command, the error, the change that followed and
+    whether a later run of the same command succeeded."""
+    dropped_set = set(dropped)
+    actions = [a for a in history.actions if a.index in dropped_set]
+    items: list[Item] = []
+    seen: dict[str, Item] = {}
+    n = max(1, len(history.messages))
+    for position, action in enumerate(actions):
+        if not action.failed or not action.error:
+            continue
+        key = action.error[:80]
+        fix = next((a for a in actions[position + 1:] if a.writes), None)
+        rerun = next((a for a in actions[position + 1:]
+                      if a.text[:40] == action.text[:40] and a.result is not None), None)
+        resolved = rerun is not None and not rerun.failed
+        who = history.label(action.index)
+        parts = [f"{who}`{_trim(action.text, 120)}` (m{action.index}) → {action.error}"]
+        cites = [action.index] + ([action.result] if action.result is not None else [])
+        if fix is not None:
+            parts.append(f"fix: edited {', '.join(f'`{p}`' for p in fix.writes[:3])} (m{fix.index})")
+            cites.append(fix.index)
+        if rerun is not None:
+            parts.append(f"re-run {'passed' if resolved else 'still failing'} (m{rerun.result})")
+        line = "; ".join(parts)
+        if key in seen:
+            seen[key].priority += 0.2
+            continue
+        priority = 1.5 + action.index / n + (0.6 if fix is not None else 0) + (0.4 if not resolved else 0)
+        item = Item(line, tuple(c for c in cites if c is not None), priority, action.index,
+                    short=f"{who}{action.error} (m{action.index})")
+        seen[key] = item
+        items.append(item)
+    for i in dropped:  # errors that people report in words
+        if history.kinds[i] == "user":
+            for sentence in sentences_of(history.messages[i].content, 12):
+                if _ERROR_LINE.search(sentence) and len(sentence) < 400:
+                    items.append(Item(f"{history.label(i)}reported: {sentence} (m{i})", (i,), 1.4 + i / n, i,
+                                      short=f"{history.label(i)}reported: {lead(sentence, 140)} (m{i})"))
+                    break
+    return items
+
+
+def action_items(history: History, dropped: Sequence[int]) -> list[Item]:
+    """The tool calls of the dropped turns with their arguments: what was looked up and changed."""
+    dropped_set = set(dropped)
+    n = max(1, len(history.messages))
+    items = []
+    seen: set[str] = set()
+    for action in history.actions:
+        if action.index not in dropped_set or action.call is None:
+            continue
+        if action.text in seen:
+            continue
+        seen.add(action.text)
+        outcome = "failed: " + action.error if action.failed and action.error else ""
+        writes = bool(_WRITE_TOOL.search(action.name)) or regex.search(
+            r"book|cancel|update|modify|send|delete|transfer|submit|pay|refund", action.name, regex.I)
+        priority = (1.6 if writes else 1.0) + action.index / n
+        line = (f"{history.label(action.index)}{action.text}" + (f" → {outcome}" if outcome else "")
+                + f" (m{action.index})")
+        items.append(Item(line, (action.index,) + ((action.result,) if action.result is not None else ()),
+                          priority, action.index,
+                          short=f"{history.label(action.index)}{action.name} (m{action.index})"))
+    return items
+
+
+def reasoning_items(history: History, dropped: Sequence[int], exclude: set[str]) -> list[Item]:
+    """Assistant sentences that state a cause, a decision or a finding."""
+    n = max(1, len(history.messages))
+    items = []
+    for i in dropped:
+        if history.kinds[i] != "assistant":
+            continue
+        for sentence in sentences_of(history.messages[i].content, 20):
+            if sentence in exclude or len(sentence) > 500 or not _DECISION.search(sentence):
+                continue
+            density = min(1.0, len(set(terms(sentence))) / 12)
+            items.append(Item(f"{history.label(i)}{sentence} (m{i})", (i,), 0.8 + density + i / n, i,
+                              short=f"{history.label(i)}{lead(sentence, 160)} (m{i})"))
+    return items
+
+
+#: Open tasks are looked for in this many of the latest people's and agents' messages.
+PENDING_SCOPE = 200
+
+
+def pending_items(history: History, dropped: Sequence[int], later: Sequence[int]) -> list[Item]:
+    """Open tasks: unchecked boxes, TODOs, stated next steps and plan steps, minus what later
+    messages report done."""
+    n = max(1, len(history.messages))
+    candidates: list[tuple[int, str]] = []
+    people = [i for i in dropped if history.kinds[i] in ("assistant", "user")]
+    for i in people[-PENDING_SCOPE:]:  # tasks older than that were done or dropped long ago
+        text = _FENCE.sub(" ", history.messages[i].content)
+        plan = _PLAN_HEAD.search(text) is not None
+        for match in _TASK_LINE.finditer(text):
+            task = match.group("box") or match.group("todo") or (match.group("step") if plan else None)
+            if task and 6 <= len(task) <= 300:
+                candidates.append((i, task.strip()))
+        for sentence in sentences_of(_TASK_LINE.sub(" ", text), 30):  # list items were taken above
+            if _INTENT.search(sentence) and len(sentence) <= 300:
+                candidates.append((i, sentence))
+    done_texts: list[tuple[int, frozenset[str]]] = []
+    first = min((i for i, _ in candidates), default=n)
+    for j in [*dropped, *later]:
+        if j <= first or history.kinds[j] not in ("assistant", "user"):  # only later news can close a task
+            continue
+        content = history.messages[j].content
+        for match in _DONE_BOX.finditer(content):
+            done_texts.append((j, frozenset(terms(match.group(1)))))
+        for sentence in sentences_of(content, 30):
+            if _DONE_WORDS.search(sentence):
+                done_texts.append((j, frozenset(terms(sentence))))
+    items = []
+    seen: list[frozenset[str]] = []
+    for i, task in candidates:
+        words = frozenset(terms(task))
+        if len(words) < 2 or any(len(words & s) >= 0.7 * len(words) for s in seen):
+            continue
+        seen.append(words)
+        done = any(j > i and len(words & d) >= max(2, 0.6 * len(words)) for j, d in done_texts)
+        if done:
+            continue
+        priority = 0.8 + 1.2 * i / n + (0.4 if history.kinds[i] == "user" else 0)
+        items.append(Item(f"{history.label(i)}{task} (m{i})", (i,), priority, i,
+                          short=f"{history.label(i)}{lead(task, 120)} (m{i})"))
+    return items
+
+
+def current_items(history: History, dropped: Sequence[int], turns: int = 3) -> list[Item]:
+    """What the dropped part ended with: the last assistant statements, actions and their outcome."""
+    items: list[Item] = []
+    recent = [i for i in dropped if history.kinds[i] in ("assistant", "user")][-turns:]
+    for rank, i in enumerate(recent):
+        message = history.messages[i]
+        said = sentences_of(message.content, 3)
+        text = " ".join(said[:2]) if said else ""
+        acts = history.by_message.get(i, [])
+        if acts:
+            outcome = []
+            for action in acts[:2]:
+                state = (f" → {action.error}" if action.failed and action.error else
+                         " → ok" if action.result is not None else "")
+                outcome.append(f"`{_trim(action.text, 140)}`{state}")
+            text = (text + " " if text else "") + "; ".join(outcome)
+        if not text:
+            continue
+        priority = 2.0 + rank
+        items.append(Item(f"{history.label(i)}{text} (m{i})", (i,), priority, i,
+                          short=f"{history.label(i)}{lead(text, 200)} (m{i})"))
+    return items
+
+
+@functools.lru_cache(maxsize=65536)
+def value_key(token: str) -> str:
+    """How values are told apart: `Economy` and `economy` are one, `MIA` and `Mia` are two."""
+    return token.lower() if token[1:] == token[1:].lower() else token
+
+
+def contains_value(text: str, words: set[str], key: str) -> bool:
+    """Whether `text` (its `\\w+` runs in `words`) holds `key` as a whole value: `sea` is not in
+    "seattle", nor `mia` in "mia_li_3668"."""
+    if WORD_RUN.fullmatch(key):
+        return key in words
+    start = text.find(key)
+    while start >= 0:
+        end = start + len(key)
+        if not (start and text[start - 1].isalnum() and key[0].isalnum()) and not (
+                end < len(text) and text[end].isalnum() and key[-1].isalnum()):
+            return True
+        start = text.find(key, start + 1)
+    return False
+
+
+def verbatim_text(history: History, indices: Iterable[int]) -> str:
+    """What the verbatim messages show a reader: their text and their tool calls' arguments."""
+    parts = []
+    for i in indices:
+        message = history.messages[i]
+        parts.append(message.content)
+        parts.extend(f"{call.name} {call.arguments}" for call in calls(message))
+    return "\n".join(parts)
+
+
+def identifier_items(history: History, dropped: Sequence[int], kept_text: str) -> list[Item]:
+    """Names and values the dropped turns rely on (ids, codes, dates, amounts, names, symbols), ranked
+    by how likely a later turn needs them (`identifier_scores`: said by a person, passed to a tool,
+    returned by one). A word of prose counts when a tool returned it as a value (a name, a cabin
+    class). Values already in `kept_text` (the verbatim messages) are left out."""
+    words = set(WORD_RUN.findall(kept_text))  # in its own case: `Mia` is not `MIA`
+    return [Item(token, where, priority, first, inline=True)
+            for _, token, priority, first, where in identifier_scores(history, dropped)
+            if not contains_value(kept_text, words, token)][:150]
+
+
+def identifier_scores(history: History, dropped: Sequence[int]) -> list[tuple[str, str, float, int,
+                                                                              tuple[int, ...]]]:
+    """(key, display, priority, first message, last messages) per identifier, best first; computed
+    once per history and range.
+
+    The priority estimates how likely a later turn needs the value back, from where it occurred: a
+    person said it or the agent passed it to a tool (the strongest evidence), the agent mentioned it,
+    or a tool returned it, as a reference (under an id-like key, in a list of ids, as a record's key)
+    or as an attribute. The shape scales it: a code, id or date cannot be guessed back, while a
+    bare number or a plain word means little without its label."""
+    cache_key = ("identifiers", tuple(dropped))
+    if cache_key in history.cache:
+        return history.cache[cache_key]  # type: ignore[no-any-return]
+    parts = [(i, part) for i in dropped if history.kinds[i] not in ("system", "summary")
+             for part in _message_values(history, i)]  # a summary's identifiers come back as carried lines
+    structured = {v.lower() for _, (_, found, _, is_json) in parts if is_json for v in found}
+    seen: dict[str, Counter[str]] = defaultdict(Counter)  # messages per kind of evidence
+    where: dict[str, list[int]] = defaultdict(list)
+    display: dict[str, str] = {}
+    for i, (label, found, prose, _) in parts:
+        if structured and prose:  # a word of prose that a tool returned as a value
+            found = {**found, **{w: "" for w in _WORDS.findall(prose) if w.lower() in structured}}
+        for token in sorted(found):  # sorted: the same output in every process
+            key = value_key(token)
+            display.setdefault(key, token)
+            evidence = found[token] if label == "output" and found[token] else label
+            seen[key][evidence] += 1
+            if i not in where[key]:
+                where[key].append(i)
+    n = max(1, len(history.messages))
+    ranked = []
+    for key, count in seen.items():
+        if len(key) < 3 or key.lower() in _STOP_VALUES:
+            continue
+        miss = 1.0  # the chance that no evidence is right, each kind taken as independent
+        for evidence, chance in _EVIDENCE.items():
+            if count[evidence]:
+                miss *= (1.0 - chance) ** min(count[evidence], 2)  # said again: a little surer
+        miss *= 0.95 ** min(len(where[key]) - 1, 6)  # in many messages: part of what is going on
+        need = (1.0 - miss) * _shape_weight(display[key])
+        priority = 0.05 + 3.0 * need * (0.85 + 0.3 * where[key][-1] / n)  # later: more likely current
+        ranked.append((key, display[key], priority, where[key][0], tuple(where[key][-2:])))
+    ranked.sort(key=lambda entry: -entry[2])
+    history.cache[cache_key] = ranked
+    return ranked
+
+
+def _message_values(history: History, i: int) -> list[tuple[str, dict[str, str], str, bool]]:
+    """The values of message `i` and of its tool calls' arguments, read once per history: (label,
+    value -> place in a JSON document, the text when it is prose, whether it is JSON) per part."""
+    cache_key = ("values", i)
+    if cache_key in history.cache:
+        return history.cache[cache_key]  # type: ignore[no-any-return]
+    kind = history.kinds[i]
+    content = history.messages[i].content
+    if kind == "output" and len(content) > 4000:  # long tool output: its head and tail matter most
+        content = content[:3000] + "\n" + content[-1000:]
+    parts = []
+    for label, text in [(kind, content)] + [("call", c.arguments) for c in calls(history.messages[i])]:
+        fields = json_fields(text)
+        prose = label in ("user", "assistant")
+        found: dict[str, str] = {}
+        if fields is not None:
+            for value, place in fields:  # the strongest place a value holds in the document
+                found[value] = max(found.get(value, ""), place, key=_PLACES.index)
+        else:
+            found = dict.fromkeys(_identifiers(text, prose=prose), "")
+        parts.append((label, found, text if prose and fields is None else "", fields is not None))
+    history.cache[cache_key] = parts
+    return parts
+
+
+#: How strongly each kind of occurrence says a value is needed again: a person said it, the agent
+#: passed it to a tool, the agent wrote it, a tool returned it as a reference or as an attribute.
+_EVIDENCE = {"user": 0.6, "call": 0.6, "assistant": 0.15, "member": 0.3, "ref": 0.1, "output": 0.03}
+_PLACES = ("", "ref", "member")
+_ID_KEY = regex.compile(r"(?:^|_)(?:ids?|numbers?|no|codes?|keys?|refs?|references?|uuid|sku)$",
+                        regex.IGNORECASE)
+_DATA_KEY = regex.compile(r"\d")  # `{"gift_card_7": {...}}`: a key with a number is a record's id
+_MONEY = regex.compile(r"[$€£¥]\s?\d|\d\s?(?:USD|EUR|GBP|元|美元)$")
+
+
+def _shape_weight(token: str) -> float:
+    """How much a value says on its own: codes, ids, dates and emails fully; short capitals (codes
+    such as airports or tickers) nearly; names less; plain words and bare numbers little."""
+    if _CODE_SHAPE.search(token):
+        return 1.0
+    if _NUMBER.fullmatch(token) or _MONEY.search(token):
+        return 0.35
+    if token.isupper():
+        return 0.8
+    if token[:1].isupper():
+        return 0.7
+    return 0.35
+
+
+def json_fields(text: str) -> list[tuple[str, str]] | None:
+    """Identifier-like values of a JSON document (its keys are schema, not facts), each with its
+    place: "member" of a collection (an item of a list of plain strings, a record's key that looks
+    like an id: `{"gift_card_7": {...}}`), "ref" (under an id-like key such as `flight_number`) or
+    "" (an attribute). None when the text is not JSON."""
+    stripped = text.strip()
+    if not stripped or stripped[0] not in "[{":
+        return None
+    try:
+        data = json.loads(stripped)
+    except ValueError:
+        return None
+    found: list[tuple[str, str]] = []
+    stack: list[tuple[object, str]] = [(data, "")]
+    while stack and len(found) < 2000:
+        item, place = stack.pop()
+        if isinstance(item, dict):
+            for k, v in item.items():
+                if isinstance(v, dict) and _DATA_KEY.search(k) and 2 <= len(k) <= 40:
+                    found.append((k, "member"))
+                stack.append((v, "ref" if _ID_KEY.search(k) else ""))
+        elif isinstance(item, list):
+            scalars = all(isinstance(v, str) for v in item)
+            stack.extend((v, "member" if scalars else place) for v in item)
+        elif isinstance(item, str):
+            value = item.strip()
+            if 2 <= len(value) <= 40 and len(value.split()) <= 3:
+                found.append((value, place))
+            elif len(value) > 40:
+                found.extend((v, "") for v in _identifiers(value, prose=False))
+        elif isinstance(item, int | float) and not isinstance(item, bool) and abs(item) >= 10:
+            found.append((str(item), place))
+    return found
+
+
+def json_values(text: str) -> list[str] | None:
+    """Identifier-like values of a JSON document, or None when the text is not JSON."""
+    fields = json_fields(text)
+    return None if fields is None else [value for value, _ in fields]
+
+
+def _identifiers(text: str, prose: bool) -> list[str]:
+    found = []
+    for match in _IDENT.finditer(text):
+        group = match.lastindex or 0
+        token = match.group(group).strip().rstrip(".,:;")
+        if not token or token.upper() in _COMMON_CAPS or token.lower() in _COMMON_DOTTED:
+            continue
+        if group == 5 and "." in token and PATH.fullmatch(token):
+            continue
+        if group == 1 and (len(token.split()) > 4 or PATH.fullmatch(token)):
+            continue
+        found.append(token)
+    if prose:
+        prose_text = _FENCE.sub(" ", text)
+        found.extend(m.group(0) for m in _PROSE_NUMBER.finditer(prose_text))
+    return found
+
+
+def tool_items(history: History, dropped: Sequence[int]) -> list[Item]:
+    """The tools the dropped turns used, with how often."""
+    used: Counter[str] = Counter()
+    last: dict[str, int] = {}
+    dropped_set = set(dropped)
+    for action in history.actions:
+        if action.index in dropped_set and action.call is not None:
+            used[action.name] += 1
+            last[action.name] = action.index
+    return [Item(f"{name} ×{count}" if count > 1 else name, (last[name],), 0.3 + min(count, 10) / 20,
+                 last[name], inline=True) for name, count in used.most_common(12)]
+
+
+_SECTION_BLOCK = re.compile(r"^## (.+?)\n(.*?)(?=^## |\Z)", re.MULTILINE | re.DOTALL)
+
+
+def summary_sections(text: str) -> list[tuple[str, list[str]]]:
+    """(heading, bullets) of each `## ` section of a summary; a bullet's continuation lines (quotes,
+    code) stay with it."""
+    out = []
+    for match in _SECTION_BLOCK.finditer(text):
+        bullets: list[str] = []
+        for line in match.group(2).rstrip().splitlines():
+            if line.startswith("- "):
+                bullets.append(line[2:])
+            elif bullets and line.strip():
+                bullets[-1] += "\n" + line
+        out.append((match.group(1).strip(), bullets))
+    return out
+
+
+def carried_items(history: History, dropped: Sequence[int], titles: dict[str, str]) -> dict[str, list[Item]]:
+    """Lines of earlier summaries in the dropped range, per section (`titles` maps a heading to its
+    section key), so a compaction of a compacted history keeps what the first one kept. (Their
+    `mN` citations count in the earlier history, whose ids the new marker lists.)"""
+    carried: dict[str, list[Item]] = defaultdict(list)
+    n = max(1, len(history.messages))
+    for i in dropped:
+        if history.kinds[i] != "summary":
+            continue
+        for title, bullets in summary_sections(history.messages[i].content):
+            key = titles.get(title)
+            if key is None:
+                continue
+            for rank, bullet in enumerate(b for b in bullets if "kept verbatim above" not in b):
+                inline = key == "concepts" and "\n" not in bullet and ", " in bullet
+                for piece in bullet.split(", ") if inline else [bullet]:
+                    carried[key].append(Item(piece, (i,), 0.8 + i / n - rank * 0.01, i, inline=inline,
+                                             short=lead(piece, 160) if not inline else None))
+    return carried

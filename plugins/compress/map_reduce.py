@@ -1,0 +1,224 @@
+"""compress.map_reduce: seed 003's token router and map-reduce summarizer, rule-based by default.
+
+Below `max_tokens x safety_margin` (45000 x 0.8 = 36000 by default) the observations pass straight
+through ("direct_to_reporter"). Above it ("compress_first"), every chunk (use `chunk.tokens` with
+size 8000 and overlap 400, the seed's splitter) is mapped to its query-relevant sentences in parallel
+with bounded concurrency, the extracts are reduced (overlap repeats merged, order kept), and when the
+result is still above half of `max_tokens` (45000 // 2 = 22500, the seed's
+`max_observations_tokens // 2`) a second pass keeps the best sentences across all extracts.
+The step report records the decision, the estimated tokens and the reason, like the seed's state
+fields (`compression_decision`, `estimated_tokens`, `decision_reason`).
+
+Rule extracts are spans of the original text, so every kept sentence traces to its chunk. With
+`llm: true` the map and reduce prompts (package data, overridable) run on the pipeline's LLM, each
+reply limited to its allowance (a map reply to its share of the target, the reduce reply to the
+target: the `max_tokens` sent) and checked by the LLM guard (`compactor.llm.guard`): a
+refusal, an instruction, an invented number, date or name, or a reply keeping less than
+`min_coverage` (default 0.25) of its input's weighted key content is rejected, and the rule result
+stays (reported in the step report and on stderr).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from compactor.components import Component, DataPath
+from compactor.document import Chunk, Context, Segment, frozen_mapping
+from compactor.hookspecs import hookimpl
+from compactor.llm import guard as llm_guard
+from compactor.llm.guard import Request, complete_guarded
+from compactor.plugins.classify import usable
+from compactor.plugins.compress import facts as fx
+from compactor.plugins.compress.select import Kept, segments_for
+from compactor.plugins.llm import fill, template_for
+from compactor.run import Run
+from compactor.text import terms as ts
+from compactor.text.sentences import detect_lang, split_sentences
+
+
+@dataclass(frozen=True, slots=True)
+class Sentence:
+    chunk: Chunk
+    start: int  # offsets into the chunk's text
+    end: int
+    terms: frozenset[str]
+    score: float = 0.0
+    tokens: int = 0
+
+
+def _sentences(chunk: Chunk) -> list[Sentence]:
+    out = []
+    for start, end in split_sentences(chunk.text):
+        text = chunk.text[start:end]
+        if text.strip():
+            out.append(Sentence(chunk, start, end, frozenset(ts.terms(text))))
+    return out
+
+
+def _score(sentences: list[Sentence], query: str | None, run: Run) -> list[Sentence]:
+    """Query relevance (idf-weighted share of query terms) plus information (numbers, names)."""
+    query_terms = set(ts.terms(query or ""))
+    idf = fx.query_idf((s.terms for s in sentences), query_terms)
+    costs = run.counter.count_many([s.chunk.text[s.start:s.end] for s in sentences])
+    scored = []
+    for s, cost in zip(sentences, costs, strict=True):
+        info = fx.information(s.chunk.text[s.start:s.end])
+        score = 0.7 * fx.relevance(s.terms, idf) + 0.3 * info if query_terms else info
+        scored.append(Sentence(s.chunk, s.start, s.end, s.terms, score, cost))
+    return scored
+
+
+def _best(sentences: list[Sentence], limit: int) -> list[Sentence]:
+    """The best sentences within `limit` tokens (at least one), back in reading order."""
+    chosen: list[Sentence] = []
+    used = 0
+    for s in sorted(sentences, key=lambda s: -s.score):
+        if used + s.tokens <= limit or not chosen:
+            chosen.append(s)
+            used += s.tokens
+    return sorted(chosen, key=lambda s: (s.chunk.source_id, s.chunk.start + s.start))
+
+
+class MapReduce(Component):
+    """Token router plus map-reduce: pass through below the threshold, else extract per chunk
+    (in parallel), merge, and run a second pass while the result is over half of `max_tokens`."""
+
+    name = "compress.map_reduce"
+    stage = "compress"
+    requires = ("chunks",)
+    provides = ("segments",)
+
+    def __init__(self, *, max_tokens: int = 45000, safety_margin: float = 0.8, map_share: float = 0.25,
+                 second_pass: bool = True, concurrency: int = 4, llm: bool = False,
+                 map_prompt: DataPath | None = None, reduce_prompt: DataPath | None = None,
+                 min_coverage: float = llm_guard.DEFAULT_MIN_COVERAGE) -> None:
+        self.max_tokens = max_tokens
+        self.safety_margin = safety_margin
+        self.map_share = map_share
+        self.second_pass = second_pass
+        self.concurrency = concurrency
+        self.llm = llm
+        self.map_prompt = map_prompt
+        self.reduce_prompt = reduce_prompt
+        self.min_coverage = min_coverage
+
+    @staticmethod
+    def check_params(params: dict[str, Any]) -> list[str]:
+        problems = llm_guard.check_min_coverage(params["min_coverage"])
+        if not 0 < params["safety_margin"] <= 1:
+            problems.append("safety_margin must be in (0, 1]")
+        if not 0 < params["map_share"] <= 1:
+            problems.append("map_share must be in (0, 1]")
+        if params["concurrency"] < 1:
+            problems.append("concurrency must be at least 1")
+        if params["max_tokens"] < 1:
+            problems.append("max_tokens must be at least 1")
+        return problems
+
+    @property
+    def threshold(self) -> int:
+        return int(self.max_tokens * self.safety_margin)
+
+    @hookimpl
+    def compactor_compress(self, context: Context, run: Run) -> Context:
+        estimated = int(context.meta.get("input_tokens", context.tokens))
+        threshold = self.threshold
+        chunks = list(context.chunks)
+        run.note("estimated_tokens", estimated)
+        run.note("threshold", threshold)
+        if estimated <= threshold:
+            run.note("compression_decision", "direct_to_reporter")
+            run.note("decision_reason", f"{estimated} tokens <= {threshold} "
+                                        f"({self.max_tokens} x {self.safety_margin})")
+            return context.evolve(segments=segments_for(context, [Kept(c, c.start, c.end) for c in chunks]))
+        run.note("compression_decision", "compress_first")
+        run.note("decision_reason",
+                 f"{estimated} tokens > {threshold} ({self.max_tokens} x {self.safety_margin})")
+        extracts = self._map(chunks, context.query, run)
+        kept = self._reduce(extracts)
+        segments = self._segments(context, kept)
+        # the merged result as written (gap marks and joins cost tokens too): the seed's combined_tokens
+        tokens = sum(run.counter.count_many([g.text for g in segments]))
+        run.note("map_chunks", len(chunks))
+        run.note("tokens_after_map", tokens)
+        passes = 1
+        # seed 003: a second pass when the merged result is still over `max_observations_tokens // 2`
+        # (45000 // 2 = 22500), not half the 36000 routing threshold; never above that threshold
+        # (a safety_margin under 0.5) nor above the caller's budget, which the output must fit.
+        half = min(self.max_tokens // 2, threshold)
+        target = min(half, context.resolved_budget() or half)
+        run.note("second_pass_above", target)
+        if tokens > target and self.second_pass:
+            kept = _best(kept, target)
+            passes = 2
+            segments = self._segments(context, kept)
+            by_score = sorted(kept, key=lambda s: s.score)  # drop the weakest until it truly fits
+            while len(kept) > 1 and sum(run.counter.count_many([g.text for g in segments])) > target:
+                kept.remove(by_score.pop(0))
+                segments = self._segments(context, kept)
+        run.note("passes", passes)
+        if self.llm:
+            # the LLM never reads what classify.injection flagged: only the clean parts of chunks
+            segments = self._llm(usable(context, run)[1], context, target, run) or segments
+        run.note("tokens_after_reduce", sum(run.counter.count_many([s.text for s in segments])))
+        return context.evolve(segments=segments)
+
+    @staticmethod
+    def _segments(context: Context, kept: list[Sentence]) -> tuple[Segment, ...]:
+        return segments_for(context, [Kept(s.chunk, s.chunk.start + s.start, s.chunk.start + s.end)
+                                      for s in kept])
+
+    def _map(self, chunks: list[Chunk], query: str | None, run: Run) -> list[list[Sentence]]:
+        # `_sentences` runs on pool threads: everything it calls must share no mutable state across
+        # threads (textstats.stem keeps one snowball stemmer per thread; its lru_cache is thread-safe).
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="compactor-map") as pool:
+            per_chunk = list(pool.map(_sentences, chunks))
+        flat = _score([s for group in per_chunk for s in group], query, run)
+        out: list[list[Sentence]] = []
+        i = 0
+        for chunk, group in zip(chunks, per_chunk, strict=True):
+            scored = flat[i:i + len(group)]
+            i += len(group)
+            out.append(_best(scored, max(1, int(chunk.tokens * self.map_share))) if scored else [])
+        return out
+
+    @staticmethod
+    def _reduce(extracts: list[list[Sentence]]) -> list[Sentence]:
+        """All extracts in reading order; a sentence repeated by overlapping windows is kept once."""
+        seen: set[tuple[str, int]] = set()
+        merged: list[Sentence] = []
+        for group in extracts:
+            for s in group:
+                key = (s.chunk.source_id, s.chunk.start + s.start)
+                if key not in seen:
+                    seen.add(key)
+                    merged.append(s)
+        return sorted(merged, key=lambda s: (s.chunk.source_id, s.chunk.start + s.start))
+
+    def _llm(self, chunks: list[Chunk], context: Context, target: int,
+             run: Run) -> tuple[Segment, ...] | None:
+        """LLM map over the chunks, then an LLM reduce; None keeps the rule result."""
+        lang = "zh" if detect_lang("\n".join(c.text[:2000] for c in chunks[:5])) == "zh" else "en"
+        per_map = max(200, target // max(len(chunks), 1))
+        query = context.query or ""
+        maps = complete_guarded([Request(fill(template_for(self.map_prompt, "map", lang), query=query,
+                                              budget=str(per_map), content=c.text), c.text, per_map,
+                                         context.query)
+                                 for c in chunks], run, min_coverage=self.min_coverage, label="map")
+        if any(m is None for m in maps):
+            run.note("llm_used", False)
+            return None
+        joined = "\n\n".join(m or "" for m in maps)
+        source = "\n".join(c.text for c in chunks)
+        reduce_prompt = fill(template_for(self.reduce_prompt, "reduce", lang), query=query,
+                             budget=str(target), content=joined)
+        reduced = complete_guarded([Request(reduce_prompt, source, target, context.query)], run,
+                                   min_coverage=self.min_coverage, label="reduce")[0]
+        if reduced is None:
+            run.note("llm_used", False)
+            return None
+        run.note("llm_used", True)
+        return (Segment(id="map-reduce", text=reduced, chunk_ids=tuple(c.id for c in chunks),
+                        title="Summary", metadata=frozen_mapping({"llm": True})),)

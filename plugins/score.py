@@ -1,0 +1,268 @@
+"""score.density, score.relevance, score.importance, score.recency: every score in [0, 1], with the
+features that produced it (shown by `compactor-run --explain`)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+import regex
+
+from compactor.components import Component, ScoreSet
+from compactor.document import Chunk, Context
+from compactor.hookspecs import hookimpl
+from compactor.run import Run
+from compactor.text import relevance as rel
+from compactor.text import terms as ts
+
+# English under IGNORECASE and Chinese apart: a case-insensitive alternation that also holds the
+# Chinese words tries them at every position of English text, for nothing.
+_BOILERPLATE_EN = regex.compile(
+    r"\b(?:click here|read more|subscribe|sign up|log in|cookie|privacy policy|terms of (?:use|service)|"
+    r"all rights reserved|share (?:this|on)|follow us|advertisement|newsletter|related (?:posts|articles)|"
+    r"skip to (?:main )?content)\b",
+    regex.IGNORECASE,
+)
+_BOILERPLATE_ZH = regex.compile(r"版权所有|点击|订阅|登录|注册|相关阅读|分享到|广告|免责声明")
+_CRITICAL_EN = regex.compile(
+    r"\b(?:critical|fatal|error|exception|failed|failure|must|required|security|vulnerab\w*|breaking|"
+    r"deadline|blocker|warning|do not|never|always|important|urgent|data loss)\b",
+    regex.IGNORECASE,
+)
+_CRITICAL_ZH = regex.compile(r"错误|异常|失败|必须|严重|关键|安全|漏洞|警告|不要|禁止|重要|紧急|截止")
+_HAN = regex.compile(r"\p{Han}")
+
+
+def _hits(english: regex.Pattern[str], chinese: regex.Pattern[str], text: str) -> int:
+    found = len(english.findall(text))
+    return found + len(chinese.findall(text)) if _HAN.search(text) else found
+
+
+def _chunk_terms(chunks: Sequence[Chunk]) -> list[tuple[str, ...]]:
+    """The chunks' terms, the relevance engine's (one tokenisation per chunk for every scorer)."""
+    return [rel.index_terms(c.text) for c in chunks]
+
+
+class DensityScorer(Component):
+    """Information per token: numbers, dates, units, names, identifiers and content words count for;
+    boilerplate (cookie banners, "read more", 版权所有) counts against."""
+
+    name = "score.density"
+    stage = "score"
+    requires = ("chunks",)
+    provides = ("scores",)
+
+    @hookimpl
+    def compactor_score(self, context: Context, run: Run) -> ScoreSet:
+        values: dict[str, float] = {}
+        features: dict[str, dict[str, Any]] = {}
+        for chunk in context.chunks:
+            text = chunk.text
+            tokens = max(chunk.tokens, 1)
+            sig = ts.signals(text)
+            found = {
+                "numbers": sig.number_hits,
+                "dates": sig.date_hits,
+                "units": sig.unit_hits,
+                "entities": len(sig.entities),
+                "identifiers": len(sig.identifiers) + sig.url_hits,
+            }
+            content = len(rel.index_terms(text))
+            content_ratio = min(1.0, content / max(ts.word_count(text), 1))
+            facts_per_100 = 100.0 * sum(found.values()) / tokens
+            boiler = _hits(_BOILERPLATE_EN, _BOILERPLATE_ZH, text)
+            penalty = min(0.8, 0.25 * boiler)
+            score = (0.55 * min(1.0, facts_per_100 / 12.0) + 0.45 * content_ratio) * (1 - penalty)
+            values[chunk.id] = round(score, 4)
+            features[chunk.id] = {**found, "content_ratio": round(content_ratio, 3),
+                                  "facts_per_100_tokens": round(facts_per_100, 2),
+                                  "boilerplate_hits": boiler}
+        return ScoreSet(self.name, values, features)
+
+
+def bm25_scores(docs: Sequence[Sequence[str]], query: Sequence[str], k1: float,
+                b: float) -> tuple[list[float], dict[str, float]]:
+    """Okapi BM25 of every document for the query terms; also returns the idf of query terms."""
+    n = len(docs)
+    if not n or not query:
+        return [0.0] * n, {}
+    qset = set(query)
+    df: Counter[str] = Counter()
+    for doc in docs:
+        df.update(qset.intersection(doc))
+    avgdl = sum(len(d) for d in docs) / n or 1.0
+    idf = {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in qset}
+    qcount = Counter(query)
+    scores = []
+    for doc in docs:
+        if not doc:
+            scores.append(0.0)
+            continue
+        tf = Counter(t for t in doc if t in qset)
+        norm = k1 * (1 - b + b * len(doc) / avgdl)
+        scores.append(sum(idf[t] * f * (k1 + 1) / (f + norm) * (1 + 0.2 * (qcount[t] - 1))
+                          for t, f in tf.items()))
+    return scores, idf
+
+
+class RelevanceScorer(Component):
+    """Relevance to the query from the engine in `compactor.text.relevance`: BM25 of the chunk
+    and of its passage (title included), neighbours, bridge hops for multi-hop questions (names in
+    the best first-hop chunks become a second query) and answer-type cues (a date for "when", a
+    number for "how many", a name for "who"). English is stemmed, Chinese matched by character
+    bigrams. Without a query it abstains."""
+
+    name = "score.relevance"
+    stage = "score"
+    requires = ("chunks",)
+    provides = ("scores",)
+
+    def __init__(self, *, k1: float = 1.2, b: float = 0.75, passage_weight: float = 0.3,
+                 neighbor_weight: float = 0.1, lead_weight: float = 0.1, answer_type: float = 0.2,
+                 hops: int = 2, hop_seeds: int = 5, bridge_terms: int = 4) -> None:
+        self.settings = rel.Settings(k1=k1, b=b, passage_weight=passage_weight,
+                                     neighbor_weight=neighbor_weight, lead_weight=lead_weight,
+                                     answer_type=answer_type, hops=hops, hop_seeds=hop_seeds,
+                                     bridge_terms=bridge_terms)
+
+    @staticmethod
+    def check_params(params: dict[str, Any]) -> list[str]:
+        problems = []
+        if params["passage_weight"] + params["neighbor_weight"] > 1 or min(
+                params["passage_weight"], params["neighbor_weight"]) < 0:
+            problems.append("passage_weight and neighbor_weight must be >= 0 and add up to at most 1")
+        if params["hops"] < 0 or params["hop_seeds"] < 0 or params["bridge_terms"] < 0:
+            problems.append("hops, hop_seeds and bridge_terms must be >= 0")
+        return problems
+
+    def __getattr__(self, name: str) -> Any:  # parameters read back by --print-config / repr
+        settings = self.__dict__.get("settings")
+        if settings is not None and hasattr(settings, name):
+            return getattr(settings, name)
+        raise AttributeError(name)
+
+    @hookimpl
+    def compactor_score(self, context: Context, run: Run) -> ScoreSet | None:
+        if not context.query or not context.query.strip():
+            run.note("abstained", "no query")
+            return None
+        chunks = context.chunks
+        found = rel.score_chunks(context.query, chunks, context.sources, self.settings)
+        values = {c.id: round(found.values[i], 4) for i, c in enumerate(chunks)}
+        features = {c.id: {"bm25": round(found.sentence[i], 3), "passage": round(found.passage[i], 3),
+                           "hop": round(found.hop[i], 3), "matched": found.matched[i],
+                           "answer_type": found.kind}
+                    for i, c in enumerate(chunks)}
+        run.note("query_terms", len(rel.query_weights(context.query)))
+        if found.bridges:
+            run.note("bridges", found.bridges)
+        return ScoreSet(self.name, values, features)
+
+
+class ImportanceScorer(Component):
+    """How much the rest depends on a chunk: criticality (errors, musts, warnings), dependency
+    (names and identifiers other chunks refer to), uniqueness (rare terms; near-duplicates score 0)
+    and actionability (from classify.rules when it ran)."""
+
+    name = "score.importance"
+    stage = "score"
+    requires = ("chunks",)
+    provides = ("scores",)
+
+    def __init__(self, *, criticality: float = 0.35, dependency: float = 0.25, uniqueness: float = 0.2,
+                 actionability: float = 0.2) -> None:
+        # seed 004's ImportanceRanker: 0.35 criticality + 0.25 dependency + 0.20 uniqueness
+        # + 0.20 actionability
+        self.weights = {"criticality": criticality, "dependency": dependency,
+                        "uniqueness": uniqueness, "actionability": actionability}
+
+    @hookimpl
+    def compactor_score(self, context: Context, run: Run) -> ScoreSet:
+        chunks = context.chunks
+        docs = _chunk_terms(chunks)
+        n = len(chunks) or 1
+        df: Counter[str] = Counter()
+        for doc in docs:
+            df.update(set(doc))
+        refs = [ts.signals(c.text).entities | ts.signals(c.text).identifiers for c in chunks]
+        ref_df: Counter[str] = Counter()
+        for r in refs:
+            ref_df.update(r)
+        mean_idf = [sum(math.log(n / df[t]) for t in set(d)) / len(set(d)) if d else 0.0 for d in docs]
+        top_idf = max(mean_idf, default=0.0) or 1.0
+        seen: set[frozenset[str]] = set()
+        action_value = {"actionable": 1.0, "informational": 0.5, "historical": 0.2}
+        total_w = sum(self.weights.values()) or 1.0
+        values: dict[str, float] = {}
+        features: dict[str, dict[str, Any]] = {}
+        for i, chunk in enumerate(chunks):
+            critical_hits = _hits(_CRITICAL_EN, _CRITICAL_ZH, chunk.text)
+            if chunk.labels.get("type") == "error_information":
+                critical_hits += 2
+            criticality = min(1.0, critical_hits / 4)
+            shared = sum(1 for r in refs[i] if ref_df[r] > 1)
+            dependency = min(1.0, shared / 4)
+            key = frozenset(docs[i])
+            uniqueness = 0.0 if key and key in seen else mean_idf[i] / top_idf
+            seen.add(key)
+            actionability = action_value.get(str(chunk.labels.get("actionability")), 0.5)
+            parts = {"criticality": criticality, "dependency": dependency, "uniqueness": uniqueness,
+                     "actionability": actionability}
+            values[chunk.id] = round(sum(self.weights[k] * v for k, v in parts.items()) / total_w, 4)
+            features[chunk.id] = {k: round(v, 3) for k, v in parts.items()}
+        return ScoreSet(self.name, values, features)
+
+
+def _timestamp(value: Any) -> float | None:
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+class RecencyScorer(Component):
+    """Newer is worth more: exponential decay with a half-life, by position in the source (`position`,
+    half-life as a share of the source) or by the source's `timestamp` metadata (`timestamp`,
+    half-life in seconds; sources without a timestamp fall back to position)."""
+
+    name = "score.recency"
+    stage = "score"
+    requires = ("chunks",)
+    provides = ("scores",)
+
+    def __init__(self, *, mode: Literal["position", "timestamp"] = "position",
+                 half_life: float = 0.5) -> None:
+        self.mode = mode
+        self.half_life = half_life
+
+    @staticmethod
+    def check_params(params: dict[str, Any]) -> list[str]:
+        return [] if params["half_life"] > 0 else ["half_life must be greater than 0"]
+
+    @hookimpl
+    def compactor_score(self, context: Context, run: Run) -> ScoreSet:
+        counts = Counter(c.source_id for c in context.chunks)
+        stamps = {s.id: _timestamp(s.metadata.get("timestamp")) for s in context.sources}
+        newest = max((t for t in stamps.values() if t is not None), default=time.time())
+        values: dict[str, float] = {}
+        features: dict[str, dict[str, Any]] = {}
+        for chunk in context.chunks:
+            stamp = stamps.get(chunk.source_id)
+            if self.mode == "timestamp" and stamp is not None:
+                age = (newest - stamp) / self.half_life
+                basis = "timestamp"
+            else:
+                total = counts[chunk.source_id]
+                age = ((total - 1 - chunk.index) / max(total - 1, 1)) / self.half_life
+                basis = "position"
+            values[chunk.id] = round(0.5 ** max(age, 0.0), 4)
+            features[chunk.id] = {"basis": basis, "half_lives": round(age, 3)}
+        return ScoreSet(self.name, values, features)
