@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:  # the names, for type checkers; at run time they load on firs
         compress_multiple_files_results,
         compress_retrieval_results,
         compress_single_file_results,
+        compress_transcripts,
     )
     from compactor.components import Component, Param, ScoreSet
     from compactor.document import (
@@ -40,14 +42,19 @@ if TYPE_CHECKING:  # the names, for type checkers; at run time they load on firs
     from compactor.errors import (
         BudgetError,
         CompactorError,
+        CompactorWarning,
+        ConditionError,
         ConfigError,
         FidelityError,
         InputError,
+        LLMError,
         PluginError,
         StageError,
+        StoreConflict,
         StoreError,
     )
     from compactor.hookspecs import hookimpl, hookspec
+    from compactor.llm.client import LLMClient, LLMSettings
     from compactor.pipeline import Pipeline, resolved_pipeline
     from compactor.provenance import KeptSpan, OffsetMap, kept_spans
     from compactor.run import Run
@@ -57,6 +64,13 @@ if TYPE_CHECKING:  # the names, for type checkers; at run time they load on firs
 #: Where each public name lives: `import compactor` loads none of them until one is used, so a
 #: program (or `compactor-run --help`) pays only for the faces it touches.
 _LAZY: dict[str, str] = {
+    "LLMSettings": "compactor.llm.client",
+    "LLMClient": "compactor.llm.client",
+    "LLMError": "compactor.errors",
+    "ConditionError": "compactor.errors",
+    "CompactorWarning": "compactor.errors",
+    "StoreConflict": "compactor.errors",
+    "compress_transcripts": "compactor.apps.transcripts",
     "ContextCompacter": "compactor.apps.compacter",
     "expand": "compactor.apps.compacter",
     "Component": "compactor.components",
@@ -126,19 +140,22 @@ def compress(
     *,
     query: str | None = None,
     budget: int | None = None,
-    pipeline: str = "generic",
-    output_format: str | None = None,
+    pipeline: str | os.PathLike[str] | Pipeline = "generic",
     plugins: Iterable[Any] = (),
+    output_format: str | None = None,
+    llm: Any = None,
 ) -> str:
-    """Compress text to `budget` tokens with a shipped pipeline (by name) or a pipeline file.
+    """Compress text to `budget` tokens with a shipped pipeline (by name), a pipeline file or a
+    `Pipeline`; `plugins` add third-party components to a named pipeline, `llm` (True, a settings
+    mapping or `LLMSettings`) enables the pipeline's guarded LLM steps.
 
-    The resolved pipeline is reused while its file, the plugins and the environment stay the same
+    A named pipeline is resolved once while its file, the plugins and the environment stay the same
     (see `compactor.pipeline.resolved_pipeline`), so a call costs the compression, not the set-up.
     """
-    from compactor.pipeline import resolved_pipeline
+    from compactor.apps.common import llm_mapping, pipeline_for
 
-    return resolved_pipeline(pipeline, plugins=plugins).run(
-        text, query=query, budget=budget, output_format=output_format
+    return pipeline_for(pipeline, plugins).run(
+        text, query=query, budget=budget, output_format=output_format, llm=llm_mapping(llm)
     ).output or ""
 
 
@@ -150,7 +167,9 @@ __all__ = [
     "ChunkStore",
     "CompactedMessages",
     "CompactorError",
+    "CompactorWarning",
     "Component",
+    "ConditionError",
     "ConfigError",
     "Context",
     "ContextCompacter",
@@ -158,6 +177,9 @@ __all__ = [
     "FidelityError",
     "InputError",
     "KeptSpan",
+    "LLMClient",
+    "LLMError",
+    "LLMSettings",
     "MemoryStore",
     "Message",
     "OffsetMap",
@@ -172,6 +194,7 @@ __all__ = [
     "Source",
     "StageError",
     "StepReport",
+    "StoreConflict",
     "StoreError",
     "TokenCounter",
     "TranscriptSegment",
@@ -181,6 +204,7 @@ __all__ = [
     "compress_multiple_files_results",
     "compress_retrieval_results",
     "compress_single_file_results",
+    "compress_transcripts",
     "count_message_tokens",
     "expand",
     "get_counter",

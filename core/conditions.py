@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from compactor.errors import ConditionError
+
 _COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], bool]] = {
     ast.Eq: operator.eq,
     ast.NotEq: operator.ne,
@@ -37,10 +39,6 @@ MAX_SEQUENCE = 10_000  # characters or items of any value a condition computes
 MAX_NUMBER_DIGITS = 40
 _CONSTANT_NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False,
                    "None": None}
-
-
-class ConditionError(ValueError):
-    """The expression is outside the grammar; the message says which part."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,9 @@ from typing import Any
 import regex
 
 from compactor.components import CONTRIBUTING_STAGES, STAGES, DataPath, check_type, type_name
-from compactor.conditions import Condition, ConditionError, parse_condition
+from compactor.conditions import Condition, parse_condition
 from compactor.document import Budget
-from compactor.errors import ConfigError, Problem
+from compactor.errors import ConditionError, ConfigError, Problem
 from compactor.registry import ComponentInfo, Registry
 from compactor.yamlmarks import Marked, Path, load_marked
 

@@ -8,7 +8,14 @@
     ├── PluginError        a plugin failed to load or a component is unknown
     ├── StageError         a component failed while running a step (exit code 1)
     ├── BudgetError        the budget cannot hold any output (exit code 2)
-    └── FidelityError      kept content does not trace back to original chunks
+    ├── FidelityError      kept content does not trace back to original chunks
+    ├── ConditionError     a `when:` expression is outside the grammar (also a ValueError)
+    └── LLMError           an LLM call failed; `reason` says how, `retryable` whether to try again
+
+    CompactorWarning (a UserWarning)  degraded but working: an approximation or fallback is in use
+
+Every error compactor raises on purpose is here, so `except compactor.CompactorError` catches them all
+and the CLI maps each to its exit code.
 """
 
 from __future__ import annotations
@@ -102,3 +109,38 @@ class FidelityError(CompactorError):
     """Kept content cannot be traced back to original chunks."""
 
     exit_code = 1
+
+
+class ConditionError(CompactorError, ValueError):
+    """A `when:` expression is outside the grammar; the message says which part. Also a ValueError,
+    as it was before it joined the tree."""
+
+    exit_code = 2
+
+
+#: LLM failures worth trying again later (rate limits, server errors, network trouble).
+RETRYABLE = frozenset({"rate_limited", "server_error", "timeout", "connection"})
+
+
+class LLMError(CompactorError):
+    """An LLM call failed; `reason` says how (timeout, rate_limited, server_error, malformed, ...)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, reason: str, status: int | None = None, attempts: int = 1) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.status = status
+        self.attempts = attempts
+
+    @property
+    def retryable(self) -> bool:
+        """Whether trying again later may succeed (rate limits, server errors, network trouble)."""
+        return self.reason in RETRYABLE
+
+    def __repr__(self) -> str:
+        return f"LLMError({str(self)!r}, reason={self.reason!r}, status={self.status!r})"
+
+
+class CompactorWarning(UserWarning):
+    """Degraded but working: an approximation or fallback is in use."""

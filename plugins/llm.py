@@ -19,9 +19,10 @@ import regex
 
 from compactor.components import Component, DataPath, score_value
 from compactor.document import Chunk, Context, Segment, frozen_mapping
+from compactor.errors import LLMError
 from compactor.hookspecs import hookimpl
 from compactor.llm import guard as llm_guard
-from compactor.llm.client import LLMClient, LLMError, LLMSettings
+from compactor.llm.client import LLMClient, LLMSettings
 from compactor.plugins.classify import usable
 from compactor.run import Run
 from compactor.text.sentences import detect_lang

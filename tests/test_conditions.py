@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from compactor.conditions import ConditionError, namespace_lookup, parse_condition
+from compactor.conditions import namespace_lookup, parse_condition
+from compactor.errors import ConditionError
 
 
 @pytest.mark.parametrize(

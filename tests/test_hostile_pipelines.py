@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from compactor import ConfigError, Pipeline
-from compactor.conditions import ConditionError, namespace_lookup, parse_condition
+from compactor.conditions import namespace_lookup, parse_condition
+from compactor.errors import ConditionError
 from compactor.yamlmarks import MAX_FILE_CHARS, load_marked
 
 BILLION_LAUGHS = """\

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from compactor import Component, Pipeline, hookimpl
-from compactor.errors import CompactorError, ConfigError
-from compactor.llm.client import LLMClient, LLMError, LLMSettings, parse_retry_after
+from compactor.errors import CompactorError, ConfigError, LLMError
+from compactor.llm.client import LLMClient, LLMSettings, parse_retry_after
 from compactor.plugins.llm import LLMFallback
 from compactor.registry import build_registry
 from compactor.text.fidelity import find_invented, invented_facts

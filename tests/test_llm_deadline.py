@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 from compactor import Pipeline
-from compactor.llm.client import LLMClient, LLMError, LLMSettings
+from compactor.errors import LLMError
+from compactor.llm.client import LLMClient, LLMSettings
 
 from . import openai_server as fake
 from .helpers import run_cli

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from compactor.errors import CompactorWarning
 from compactor.text import tokens
-from compactor.text.tokens import ApproximateEncoding, CompactorWarning, TokenCounter, get_counter
+from compactor.text.tokens import ApproximateEncoding, TokenCounter, get_counter
 
 
 def test_cl100k_counts_are_real_tiktoken_counts_offline() -> None:

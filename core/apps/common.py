@@ -1,21 +1,36 @@
-"""What every application face shares: shipped pipelines by name and LLM settings as a mapping."""
+"""What every application face shares: one way to name a pipeline (a shipped name, a file or a
+`Pipeline`, with `plugins`) and LLM settings as a mapping."""
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from compactor.errors import InputError
 from compactor.llm.client import LLMSettings
-from compactor.pipeline import Pipeline
+from compactor.pipeline import Pipeline, resolved_pipeline
+
+#: What every face's `pipeline=` accepts.
+PipelineArg = str | os.PathLike[str] | Pipeline
 
 
-@functools.lru_cache(maxsize=8)
-def shipped_pipeline(name: str) -> Pipeline:
-    """A pipeline by name or file, loaded once per process."""
-    return Pipeline.from_yaml(name)
+def pipeline_for(pipeline: PipelineArg, plugins: Iterable[Any] = ()) -> Pipeline:
+    """The pipeline a face runs: a shipped name or a file (resolved once while the file, the plugins
+    and the environment stay the same), or a `Pipeline` as given. `plugins` (objects with hookimpls,
+    e.g. a module registering a third-party component) apply to names and files; a `Pipeline` was
+    built with its own."""
+    plugins = tuple(plugins)
+    if isinstance(pipeline, Pipeline):
+        if plugins:
+            raise InputError("plugins= applies to a pipeline given by name or file; a Pipeline object "
+                             "holds its own (Pipeline.from_yaml(..., plugins=...))")
+        return pipeline
+    if not isinstance(pipeline, str | os.PathLike):
+        raise InputError(f"pipeline must be a shipped pipeline's name, a file or a Pipeline, "
+                         f"not {type(pipeline).__name__}")
+    return resolved_pipeline(pipeline, plugins=plugins)
 
 
 def llm_mapping(llm: Any) -> dict[str, Any] | None:

