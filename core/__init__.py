@@ -12,15 +12,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names, for type checkers; at run time they load on first use
-    from compactor.apps.compacter import ContextCompacter, expand
-    from compactor.apps.conversation import (
-        EXPAND_TOOL,
-        CompactedMessages,
-        compact_messages,
-        count_message_tokens,
-        handle_expand_call,
-    )
+    from compactor.apps.compacter import ContextCompacter
+    from compactor.apps.conversation import CompactedMessages, compact_messages, count_message_tokens
     from compactor.apps.research import ResearchSession
+    from compactor.apps.tools import EXPAND_TOOL, expand, handle_expand_call
     from compactor.apps.transcripts import (
         compress_multiple_files_results,
         compress_retrieval_results,
@@ -72,15 +67,15 @@ _LAZY: dict[str, str] = {
     "StoreConflict": "compactor.errors",
     "compress_transcripts": "compactor.apps.transcripts",
     "ContextCompacter": "compactor.apps.compacter",
-    "expand": "compactor.apps.compacter",
+    "expand": "compactor.apps.tools",
     "Component": "compactor.components",
     "Param": "compactor.components",
     "ScoreSet": "compactor.components",
-    "EXPAND_TOOL": "compactor.apps.conversation",
+    "EXPAND_TOOL": "compactor.apps.tools",
     "CompactedMessages": "compactor.apps.conversation",
     "compact_messages": "compactor.apps.conversation",
     "count_message_tokens": "compactor.apps.conversation",
-    "handle_expand_call": "compactor.apps.conversation",
+    "handle_expand_call": "compactor.apps.tools",
     "Budget": "compactor.document",
     "Chunk": "compactor.document",
     "Context": "compactor.document",

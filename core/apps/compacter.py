@@ -337,37 +337,3 @@ class ContextCompacter:
         while kept and counter.count(self._render(self._order(kept))) > budget:
             kept.pop()
         return kept
-
-
-def expand_ids(ids: Iterable[str]) -> list[str]:
-    """Chunk ids with ranges spelled out: `3f2a...-0002..0005` -> `...-0002`, ..., `...-0005`."""
-    out: list[str] = []
-    for item in ids:
-        source, dash, rest = str(item).strip().rpartition("-")
-        first, dots, last = rest.partition("..")
-        if dash and dots and first.isdigit() and last.isdigit() and int(first) <= int(last):
-            if int(last) - int(first) > 10_000:
-                raise InputError(f"id range {item!r} is too long (more than 10000 ids)")
-            out.extend(f"{source}-{n:04d}" for n in range(int(first), int(last) + 1))
-        else:
-            out.append(str(item).strip())
-    return list(dict.fromkeys(out))
-
-
-def expand(ids: Iterable[str], store: str | ChunkStore | None = None, *,
-           session: Any = None) -> dict[str, str]:
-    """The original text of chunks by id (ranges like `<source>-0002..0057` allowed), from a store (a
-    path or a store object) or from what `session` carries: a `compact_messages` result, a
-    `ContextCompacter` or a `ResearchSession` (anything with a `.store`)."""
-    if store is None:
-        store = getattr(session, "store", None)
-        if store is None:
-            raise InputError("expand needs a store (a path or a ChunkStore) or a session object "
-                             "with one (a compact_messages result, a ContextCompacter)")
-    target = open_store(store)
-    wanted = expand_ids(ids)
-    found = target.chunks(wanted)
-    missing = [i for i in wanted if i not in found]
-    if missing:
-        raise InputError(f"chunk id(s) not in the store: {', '.join(missing[:10])}")
-    return {i: found[i].text for i in wanted}

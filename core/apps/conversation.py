@@ -13,12 +13,10 @@ offer `EXPAND_TOOL` and answer its calls with `handle_expand_call`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
 from compactor.apps.common import PipelineArg, llm_mapping, pipeline_for
-from compactor.apps.compacter import expand
 from compactor.document import Budget, Context, frozen_mapping
 from compactor.errors import InputError
 from compactor.formats.compaction import KINDS, assemble
@@ -32,24 +30,6 @@ from compactor.formats.system_prompt import system_records
 from compactor.store import Batch, ChunkStore, open_store
 from compactor.text.tokens import get_counter
 
-EXPAND_TOOL_NAME = "expand_context"
-#: An OpenAI tool definition the agent can call to read summarised messages in full.
-EXPAND_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": EXPAND_TOOL_NAME,
-        "description": ("Read the original text of earlier messages or search results that were "
-                        "compacted. Pass the ids cited in the summary (e.g. \"3f2a9c0d1e2b4a56-0012\" "
-                        "or a range \"3f2a9c0d1e2b4a56-0002..0057\")."),
-        "parameters": {
-            "type": "object",
-            "properties": {"ids": {"type": "array", "items": {"type": "string"},
-                                   "description": "chunk ids or id ranges from the summary"}},
-            "required": ["ids"],
-            "additionalProperties": False,
-        },
-    },
-}
 DEFAULT_SESSION = "conversation"
 SUMMARY_ROLES = ("user", "system", "assistant")
 
@@ -157,47 +137,3 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
 def count_message_tokens(messages: Iterable[Any], encoding: str = "cl100k_base") -> int:
     """What a message list costs in a chat request (OpenAI's per-message accounting)."""
     return messages_tokens(read_messages(list(messages)), get_counter(encoding))
-
-
-def tool_call_parts(call: Any) -> tuple[str | None, str | None, dict[str, Any]]:
-    """(id, function name, arguments) of a tool call given as a dict or an SDK object. Raises
-    InputError when the arguments are not a JSON object."""
-    data = call.model_dump() if hasattr(call, "model_dump") else dict(call)
-    function = data.get("function") if isinstance(data.get("function"), dict) else {}
-    raw = function.get("arguments")
-    if isinstance(raw, dict):
-        return data.get("id"), function.get("name"), raw
-    try:
-        args = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
-    except json.JSONDecodeError as exc:
-        raise InputError(f"arguments are not JSON: {exc.msg}") from None
-    if not isinstance(args, dict):
-        raise InputError(f"arguments must be a JSON object, not {type(args).__name__}")
-    return data.get("id"), function.get("name"), args
-
-
-def call_id_of(call: Any) -> str | None:
-    """The id of a tool call given as a dict or an SDK object."""
-    data = call.model_dump() if hasattr(call, "model_dump") else dict(call)
-    return data.get("id")
-
-
-def handle_expand_call(call: Any, store: str | ChunkStore | None = None, *, session: Any = None,
-                       limit_chars: int = 200_000) -> dict[str, Any]:
-    """Answer an `expand_context` tool call (a dict or the openai client's object) with the tool
-    message to append: the originals by id, or an error the agent can read."""
-    call_id = call_id_of(call)
-    try:
-        _, name, args = tool_call_parts(call)
-        if name != EXPAND_TOOL_NAME:
-            raise InputError(f"not an {EXPAND_TOOL_NAME} call: {name!r}")
-        ids = args.get("ids")
-        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            raise InputError("`ids` must be a list of strings")
-        found = expand(ids, store, session=session)
-        text = "\n\n".join(f"[{cid}]\n{body}" for cid, body in found.items())
-        if len(text) > limit_chars:
-            text = text[:limit_chars] + f"\n[truncated at {limit_chars} characters; ask for fewer ids]"
-    except InputError as exc:
-        text = f"error: {exc}"
-    return {"role": "tool", "tool_call_id": call_id, "content": text}

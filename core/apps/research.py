@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from compactor.apps.compacter import ContextCompacter
-from compactor.apps.conversation import (
+from compactor.apps.tools import (
     EXPAND_TOOL,
     EXPAND_TOOL_NAME,
     call_id_of,

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from compactor.apps.compacter import STRATEGIES, ContextCompacter, expand, fact_to_dict
+from compactor.apps.compacter import STRATEGIES, ContextCompacter, fact_to_dict
+from compactor.apps.tools import expand
 from compactor.components import score_label
 from compactor.document import Context, frozen_mapping
 from compactor.errors import CompactorError, ConfigError
