@@ -19,7 +19,7 @@ from typing import Any
 
 from compactor.apps.common import llm_mapping, shipped_pipeline
 from compactor.apps.compacter import expand
-from compactor.document import Budget, Context, frozen_mapping
+from compactor.document import Budget, Context
 from compactor.errors import InputError
 from compactor.formats.compaction import KINDS, assemble
 from compactor.formats.messages import (
@@ -30,6 +30,7 @@ from compactor.formats.messages import (
 )
 from compactor.formats.system_prompt import system_records
 from compactor.pipeline import Pipeline
+from compactor.state import CompactionPlan, ConversationOptions, State, thaw
 from compactor.store import Batch, ChunkStore, open_store
 from compactor.text.tokens import get_counter
 
@@ -124,12 +125,14 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
     if compress_system is not None:
         options["compress_system"] = bool(compress_system)
     context = Context(sources=(source,), budget=Budget(max_tokens=budget),
-                      meta=frozen_mapping({"conversation_options": options}))
+                      state=State([ConversationOptions(options)]))
     result = runner.run(context, output_format="messages", store=target, session=session_id,
                         llm=llm_settings)
-    plan = dict((result.meta.get("conversations") or {}).get(source.id) or {})
+    found = result.state.get(CompactionPlan)
+    plan = thaw(found.for_source(source.id)) if found is not None else {}  # JSON-ready, as reported
     if not plan:
-        raise InputError("the pipeline has no compress.eight_segment step: nothing compacted the history")
+        raise InputError("the pipeline has no history compressor step (such as compress.eight_segment): "
+                         "nothing compacted the history")
     out = assemble(parsed, plan, plan.get("summary"), summary_role)  # the input dicts, copied as they are
     counter = runner.counter
     dropped = set(plan["dropped"])
