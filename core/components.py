@@ -215,14 +215,19 @@ def _checked_init(init: Callable[..., None]) -> Callable[..., None]:
                                    for key, message in problems])
         init(self, *args, **kwargs)
 
-    checked.__kwdefaults__ = init.__kwdefaults__  # introspection sees the defaults; calls ignore them
+    # introspection (`__init__.__kwdefaults__`) sees the defaults; calls of `checked` ignore them
+    checked.__kwdefaults__ = init.__kwdefaults__  # type: ignore[attr-defined]
     checked._compactor_checked = True  # type: ignore[attr-defined]
     return checked
 
 
-@functools.cache
 def parameters_of(cls: type) -> tuple[Param, ...]:
-    """Keyword-only parameters of `cls.__init__`, with resolved type hints."""
+    """Keyword-only parameters of `cls.__init__`, with resolved type hints (read once per class)."""
+    return _parameters_of(cls)
+
+
+@functools.cache
+def _parameters_of(cls: Any) -> tuple[Param, ...]:
     init = inspect.unwrap(cls.__init__)
     if init is object.__init__:
         return ()
