@@ -22,7 +22,7 @@ from compactor.conditions import namespace_lookup
 from compactor.config import PipelineSpec, StepSpec, load_spec
 from compactor.document import Budget, Chunk, Context, Source, StepReport, frozen_mapping
 from compactor.errors import BudgetError, CompactorError, ConfigError, InputError, Problem, StageError
-from compactor.hookspecs import STAGE_HOOKS
+from compactor.hookspecs import STAGE_HOOKS, hookimpl
 from compactor.observe import StepObserver, with_counts
 from compactor.registry import Registry, build_registry
 from compactor.run import Run, StepRecord
@@ -168,8 +168,12 @@ class Pipeline:
         self.registry = registry
         self.counter: TokenCounter = get_counter(spec.tokenizer)
         pm = registry.pm
-        pm.register(StepObserver(), name="compactor.observer")
+        self._observer = StepObserver()
+        pm.register(self._observer, name="compactor.observer")
+        pm.register(_StepEngine(self), name="compactor.engine")
         self._instances: list[tuple[StepSpec, str, Component]] = []
+        #: The components of each step, by `id` of its StepSpec (the spec keeps the steps alive).
+        self._step_components: dict[int, list[tuple[str, Component]]] = {}
         for step in spec.steps:
             for info, params in step.components:
                 try:
@@ -179,7 +183,9 @@ class Pipeline:
                                               field=f"steps[{step.index}].with")) from None
                 pm.register(instance, name=f"step{step.index}:{info.name}")
                 self._instances.append((step, info.name, instance))
+                self._step_components.setdefault(id(step), []).append((info.name, instance))
         self._renderers: dict[str, Component] = {}
+        self._render_steps: dict[str, StepSpec] = {}
         self._renderers_lock = threading.Lock()
 
     @classmethod
@@ -224,22 +230,25 @@ class Pipeline:
         """The stage hook of `keep` alone: every other plugin object (other steps' components,
         plugins that happen to implement a stage hook) is left out."""
         pm = self.registry.pm
-        others = [p for p in pm.get_plugins() if p is not keep]
-        return pm.subset_hook_caller(STAGE_HOOKS[stage], remove_plugins=others)
+        return pm.subset_hook_caller(STAGE_HOOKS[stage], remove_plugins=pm.get_plugins() - {keep})
 
-    def _renderer(self, fmt: str) -> Component:
-        """The default renderer of a format, registered once even when runs share the pipeline
-        across threads (shipped pipelines are shared: see `resolved_pipeline`)."""
-        renderer = self._renderers.get(fmt)
-        if renderer is not None:
-            return renderer
+    def _render_step(self, fmt: str) -> StepSpec:
+        """The step rendering a format when the pipeline has no render step (or another format is
+        asked for), with the format's default renderer: made once even when runs share the
+        pipeline across threads (shipped pipelines are shared: see `resolved_pipeline`)."""
+        step = self._render_steps.get(fmt)
+        if step is not None:
+            return step
         with self._renderers_lock:
-            if fmt not in self._renderers:
+            if fmt not in self._render_steps:
                 info = self.registry.get(f"render.{fmt}")
                 renderer = info.cls()
                 self.registry.pm.register(renderer, name=f"default-render:{fmt}")
                 self._renderers[fmt] = renderer
-            return self._renderers[fmt]
+                step = StepSpec(len(self.spec.steps), info.name, "render", ())
+                self._step_components[id(step)] = [(info.name, renderer)]
+                self._render_steps[fmt] = step
+            return self._render_steps[fmt]
 
     def run(
         self,
@@ -279,7 +288,10 @@ class Pipeline:
             finally:
                 _gc_resume()
 
-        result = self.registry.pm.hook.compactor_run.call_extra([execute], {"pipeline": self, "run": run})
+        hook = self.registry.pm.hook.compactor_run
+        if not hook.get_hookimpls():  # nobody observes runs: no hook call
+            return execute(self, run)
+        result = hook.call_extra([execute], {"pipeline": self, "run": run})
         if not isinstance(result, Context):
             raise StageError(f"a compactor_run wrapper returned {type(result).__name__}, not a Context")
         return result
@@ -288,6 +300,9 @@ class Pipeline:
                budget: int | Budget | None, output_format: str | None, fmt: str,
                progress: Progress | None, run: Run) -> Context:
         context = with_counts(self._initial(inputs, query, budget), run)
+        # only the built-in observer and engine implement the step hook: measure the steps here
+        # rather than through a hook call per step (the same bookkeeping, `StepObserver.measured`)
+        observed = len(self.registry.pm.hook.compactor_step.get_hookimpls()) > 2
         steps = list(self.spec.steps)
         explicit_render = any(s.stage == "render" for s in steps)
         total = len(steps) + (0 if explicit_render else 1)
@@ -300,7 +315,7 @@ class Pipeline:
                 progress(position, total, step.label)
             if step.stage == "compress":
                 before_compress = (position, context)
-            context = self._run_step(step, context, run)
+            context = self._run_step(step, context, run, observed)
             retry = self._retry_request(step, run) if step.stage == "validate" else None
             if retry and before_compress is not None and retries < MAX_RETRIES:
                 retries += 1
@@ -312,8 +327,7 @@ class Pipeline:
         if not explicit_render or output_format:
             if progress:
                 progress(total - 1, total, f"render.{fmt}")
-            render_step = StepSpec(len(steps), f"render.{fmt}", "render", ())
-            context = self._run_step(render_step, context, run, override=self._renderer(fmt))
+            context = self._run_step(self._render_step(fmt), context, run, observed)
         if progress:
             progress(total, total, "done")
         limit = context.resolved_budget()
@@ -385,9 +399,7 @@ class Pipeline:
         values.update(run.results)
         return namespace_lookup(values)
 
-    def _run_step(
-        self, step: StepSpec, context: Context, run: Run, override: Component | None = None,
-    ) -> Context:
+    def _run_step(self, step: StepSpec, context: Context, run: Run, observed: bool = True) -> Context:
         if step.stage != "clean" and RunInputs not in context.state:
             context = context.with_state(RunInputs(context.tokens))
         record = StepRecord(step.index, step.label, step.stage)
@@ -396,18 +408,21 @@ class Pipeline:
             report = StepReport(step.index, step.label, step.stage, context.tokens, context.tokens,
                                 0.0, skipped=True, details={"when": step.when.source})
             return context.evolve(reports=(*context.reports, report))
-        components = ([(override.name, override)] if override is not None else
-                      [(name, inst) for s, name, inst in self._instances if s is step])
-
-        def execute(step: StepSpec, context: Context, run: Run) -> Context:
-            return self._execute(step, components, context, run)
-
-        try:
-            context = self.registry.pm.hook.compactor_step.call_extra(
-                [execute], {"step": step, "context": context, "run": run})
+        try:  # observers wrap the step; `_StepEngine` runs it
+            if observed:
+                result = self.registry.pm.hook.compactor_step(step=step, context=context, run=run)
+            else:
+                components = self._step_components[id(step)]
+                result = self._observer.measured(
+                    step, context, run, lambda: self._execute(step, components, context, run))
         except BaseException:
             run.failed_step = step.label
             raise
+        if not isinstance(result, Context):
+            run.failed_step = step.label
+            raise StageError(f"{self.spec.file}: step {step.index} ({step.label}) gave "
+                             f"{type(result).__name__}, not a Context (a compactor_step wrapper?)")
+        context = result
         report = StepReport(step.index, step.label, step.stage, record.tokens_in,
                             record.tokens_out, record.seconds, details=frozen_mapping(record.details),
                             warnings=tuple(record.warnings))
@@ -471,6 +486,21 @@ class Pipeline:
         if not isinstance(result, Context):
             raise StageError(f"{name} returned {type(result).__name__}, not a Context")
         return with_counts(result, run)
+
+
+class _StepEngine:
+    """The one plain `compactor_step` implementation of a pipeline's plugin manager: runs the
+    steps of its pipeline (and declines others), inside every observer's step wrapper."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self._pipeline = pipeline
+
+    @hookimpl(trylast=True)
+    def compactor_step(self, step: StepSpec, context: Context, run: Run) -> Context | None:
+        components = self._pipeline._step_components.get(id(step))
+        if components is None:
+            return None
+        return self._pipeline._execute(step, components, context, run)
 
 
 _RETRY_FIELDS = ("budget_share", "ratio_attempts")

@@ -31,18 +31,23 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 T = TypeVar("T", bound="StateItem")
+_FIELDS: dict[type, tuple[str, ...]] = {}
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+_SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
 
 
 def freeze(value: Any) -> Any:
     """A deeply immutable copy of `value`: mappings become read-only mappings of frozen values,
     lists and tuples tuples, sets frozensets; frozen dataclasses and scalars stay as they are."""
-    if isinstance(value, str | int | float | bool | bytes | type(None)):
+    kind = type(value)
+    if kind in _SCALARS:
         return value
-    if isinstance(value, Mapping):
-        return MappingProxyType({k: freeze(v) for k, v in value.items()})
-    if isinstance(value, list | tuple):
-        return tuple(freeze(v) for v in value)
+    if kind is dict or isinstance(value, Mapping):
+        return MappingProxyType({k: v if type(v) in _SCALARS else freeze(v) for k, v in value.items()})
+    if kind is list or kind is tuple or isinstance(value, list | tuple):
+        return tuple(v if type(v) in _SCALARS else freeze(v) for v in value)
     if isinstance(value, set | frozenset):
         return frozenset(freeze(v) for v in value)
     if isinstance(value, bytearray):
@@ -64,8 +69,13 @@ class StateItem:
     """Base of every kind of shared state: a frozen dataclass whose fields are frozen deeply."""
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            object.__setattr__(self, f.name, freeze(getattr(self, f.name)))
+        names = _FIELDS.get(type(self))
+        if names is None:
+            names = _FIELDS[type(self)] = tuple(f.name for f in fields(self))
+        for name in names:
+            value = getattr(self, name)
+            if type(value) not in _SCALARS:
+                object.__setattr__(self, name, freeze(value))
 
     def evolve(self: T, **changes: Any) -> T:
         """A copy with some fields replaced."""

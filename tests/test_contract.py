@@ -313,6 +313,15 @@ def test_one_run_hookimpl_sees_a_whole_run_and_one_step_hookimpl_every_step() ->
     assert observer.runs[-1] == ("failed", ("InputError", None))
 
 
+def test_steps_are_measured_alike_with_and_without_step_observers() -> None:
+    def figures(plugins: list[Any]) -> list[tuple[str, str, int, int, bool]]:
+        result = Pipeline.from_yaml("qa", plugins=plugins).run(TEXT, query="payment crash", budget=60)
+        return [(r.step, r.stage, r.tokens_in, r.tokens_out, r.skipped) for r in result.reports]
+
+    plain, observed = figures([]), figures([Observer()])
+    assert plain == observed and all(r[2] > 0 for r in plain)
+
+
 def test_the_monitor_is_an_ordinary_plugin(tmp_path: Any) -> None:
     store = MemoryStore()
     pipeline = Pipeline.from_yaml("qa", plugins=[RunRecorder(store, "qa-as-plugin")])
