@@ -98,6 +98,14 @@ def test_a_real_compaction_plan_is_frozen_and_found_by_type() -> None:
     assert result.state.get(RenderInfo).budgeted is False  # a message list is priced per message
 
 
+def test_compact_messages_needs_a_step_that_provides_a_plan() -> None:
+    from compactor.apps.conversation import compact_messages
+
+    turns = [{"role": "user", "content": "hello " * 50}, {"role": "assistant", "content": "hi " * 50}]
+    with pytest.raises(ConfigError, match="provides CompactionPlan"):
+        compact_messages(turns, 20, pipeline=Pipeline.from_yaml("generic"))
+
+
 def test_a_loss_validator_provides_a_loss_report() -> None:
     pipeline = Pipeline.from_yaml("qa")
     assert pipeline.spec.provides(LossReport) and not pipeline.spec.provides(Knowledge)

@@ -20,7 +20,7 @@ from typing import Any
 from compactor.apps.common import llm_mapping, shipped_pipeline
 from compactor.apps.compacter import expand
 from compactor.document import Budget, Context
-from compactor.errors import InputError
+from compactor.errors import ConfigError, InputError, Problem
 from compactor.formats.compaction import KINDS, assemble
 from compactor.formats.messages import (
     conversation_source,
@@ -117,6 +117,10 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
     parsed = read_messages(messages)
     source = conversation_source(parsed)
     runner = shipped_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
+    if not runner.spec.provides(CompactionPlan):
+        raise ConfigError(Problem("compact_messages needs a pipeline with a history compressor (a step "
+                                  "that provides CompactionPlan, such as compress.eight_segment)",
+                                  runner.spec.file, field="steps"))
     target = open_store(store)
     session_id = session or DEFAULT_SESSION
     llm_settings = llm_mapping(llm)
