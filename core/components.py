@@ -19,17 +19,20 @@ A component's keyword-only `__init__` parameters, with their type hints and defa
 
 from __future__ import annotations
 
+import functools
 import inspect
+import os
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Union
+from typing import Any, ClassVar, Literal, TypeAlias, Union
 
 from compactor.hookspecs import STAGE_HOOKS
 
 if typing.TYPE_CHECKING:
     from compactor.document import Chunk
+    from compactor.state import StateItem
 
 Stage = Literal["clean", "chunk", "classify", "score", "compress", "validate", "fallback", "render"]
 STAGES: tuple[str, ...] = tuple(STAGE_HOOKS)
@@ -48,21 +51,83 @@ class DataPath(str):
     """
 
 
-class Component:
-    """Base class for everything a pipeline step can `use:`."""
+#: What `requires`/`provides` name: a part of the context ("chunks", "scores", "segments", "facts",
+#: "labels") or a kind of typed state (a `compactor.state.StateItem` subclass such as `LossReport`).
+Requirement: TypeAlias = "str | type[StateItem]"
 
+
+class Component:
+    """Base class for everything a pipeline step can `use:`.
+
+    This is the whole protocol between the framework and a component: the framework reads only
+    the attributes declared here (and calls the stage hook of `stage`, `compactor_<stage>`).
+    Parameters are checked the same way whether the component comes from a pipeline file or is
+    built in Python: `TokenChunker(size=2, overlap=50)` raises the ConfigError the YAML raises.
+    """
+
+    #: The dotted name a pipeline step `use:`s ("family.snake_case", e.g. "score.relevance").
     name: ClassVar[str]
+    #: The stage whose hook the component implements (one of `STAGES`).
     stage: ClassVar[Stage]
+    #: The component's version, shown by `--list-plugins` next to its distribution.
     version: ClassVar[str] = "1"
-    #: What must exist before this component runs ("chunks", "scores", "segments", ...).
-    requires: ClassVar[tuple[str, ...]] = ()
-    #: What this component adds for later steps.
-    provides: ClassVar[tuple[str, ...]] = ()
+    #: What must exist before this component runs: context parts ("chunks", "scores", "segments")
+    #: and state types. The pipeline file is refused (file:line of the step) when no earlier step
+    #: provides one of them.
+    requires: ClassVar[tuple[Requirement, ...]] = ()
+    #: What this component adds for later steps, applications and operations: context parts and
+    #: state types (a strategy provides `Knowledge`, a loss validator `LossReport`, the history
+    #: compressor `CompactionPlan`). A validate component that provides `LossReport` has its
+    #: report put in `context.state` by the pipeline.
+    provides: ClassVar[tuple[Requirement, ...]] = ()
+    #: Render components only: False when the output may exceed the budget on purpose (a full
+    #: transcript, a message list priced per message), so the pipeline does not hold it to it.
+    budgeted: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not getattr(init, "_compactor_checked", False):
+            cls.__init__ = _checked_init(init)  # type: ignore[method-assign]
 
     @classmethod
     def parameters(cls) -> tuple[Param, ...]:
         """The YAML schema: keyword-only parameters of `__init__` with types and defaults."""
         return parameters_of(cls)
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> list[str]:
+        """Problems with a complete set of parameter values (every parameter, defaults filled in)
+        that their types cannot express (`overlap < size`), one sentence each; none by default.
+        Called for pipeline files and for components built in Python alike."""
+        return []
+
+    @classmethod
+    def param_problems(cls, params: Mapping[str, Any]) -> list[tuple[str | None, str]]:
+        """(parameter, message) for each problem with `params` given to this component: unknown
+        names, wrong types, missing required ones, then `check_params` on the complete set."""
+        declared = {p.name: p for p in cls.parameters()}
+        problems: list[tuple[str | None, str]] = []
+        complete: dict[str, Any] = {}
+        for key, value in params.items():
+            param = declared.get(key)
+            if param is None:
+                problems.append((key, f"{cls.name} has no parameter {key!r}"))
+            elif not check_type(value, param.annotation):
+                problems.append((key, f"{cls.name} expects {param.type_name}, got "
+                                      f"{type(value).__name__} {value!r}"))
+            else:
+                complete[key] = value
+        for param in declared.values():
+            if param.name not in complete and param.name not in params:
+                if param.required:
+                    problems.append((None, f"{cls.name} requires parameter {param.name!r} "
+                                           f"({param.type_name})"))
+                else:
+                    complete[param.name] = param.default
+        if not problems and len(complete) == len(declared):
+            problems.extend((None, f"{cls.name}: {message}") for message in cls.check_params(complete))
+        return problems
 
     def __repr__(self) -> str:
         params = ", ".join(f"{p.name}={getattr(self, p.name, '?')!r}" for p in self.parameters())
@@ -135,9 +200,35 @@ def score_value(chunk: Chunk, name: str, default: float = 0.0) -> float:
     return default if value is None else float(value)
 
 
+def _checked_init(init: Callable[..., None]) -> Callable[..., None]:
+    """`init` checking its keyword parameters first (`Component.param_problems`), when it builds
+    an object of exactly its class (a subclass's own `__init__` checks for it)."""
+
+    @functools.wraps(init)
+    def checked(self: Component, *args: Any, **kwargs: Any) -> None:
+        if not args and type(self).__init__ is checked:
+            problems = type(self).param_problems(kwargs)
+            if problems:
+                from compactor.errors import ConfigError, Problem
+
+                raise ConfigError([Problem(message, field=f"with.{key}" if key else "with")
+                                   for key, message in problems])
+        init(self, *args, **kwargs)
+
+    # introspection (`__init__.__kwdefaults__`) sees the defaults; calls of `checked` ignore them
+    checked.__kwdefaults__ = init.__kwdefaults__  # type: ignore[attr-defined]
+    checked._compactor_checked = True  # type: ignore[attr-defined]
+    return checked
+
+
 def parameters_of(cls: type) -> tuple[Param, ...]:
-    """Keyword-only parameters of `cls.__init__`, with resolved type hints."""
-    init = cls.__init__
+    """Keyword-only parameters of `cls.__init__`, with resolved type hints (read once per class)."""
+    return _parameters_of(cls)
+
+
+@functools.cache
+def _parameters_of(cls: Any) -> tuple[Param, ...]:
+    init = inspect.unwrap(cls.__init__)
     if init is object.__init__:
         return ()
     try:
@@ -185,7 +276,7 @@ def check_type(value: Any, annotation: Any) -> bool:
     if annotation is type(None) or annotation is None:
         return value is None
     if annotation is DataPath:
-        return isinstance(value, str)
+        return isinstance(value, str | os.PathLike)
     if annotation is bool:
         return isinstance(value, bool)
     if annotation is int:
@@ -221,4 +312,13 @@ def validate_component_class(cls: Any) -> str | None:
     method = getattr(cls, hook, None)
     if method is None or not hasattr(method, "compactor_impl"):
         return f"{name}: a {stage} component must implement `@hookimpl def {hook}(self, context, run)`"
+    from compactor.state import StateItem
+
+    for attribute in ("requires", "provides"):
+        for entry in getattr(cls, attribute, ()):
+            if not (isinstance(entry, str) or (isinstance(entry, type) and issubclass(entry, StateItem))):
+                return (f"{name}: `{attribute}` entries are context parts (str) or state types "
+                        f"(compactor.state.StateItem subclasses), got {entry!r}")
+    if not isinstance(getattr(cls, "budgeted", True), bool):
+        return f"{name}: `budgeted` must be True or False"
     return None

@@ -22,9 +22,12 @@ from compactor.conditions import Condition, parse_condition
 from compactor.document import Budget
 from compactor.errors import ConditionError, ConfigError, Problem
 from compactor.registry import ComponentInfo, Registry
+from compactor.state import RenderInfo, RunInputs, state_name
 from compactor.yamlmarks import Marked, Path, load_marked
 
 OUTPUT_FORMATS = ("text", "markdown", "json", "messages")
+#: State the pipeline itself provides to every step (the input size; the renderer's budget promise).
+PIPELINE_PROVIDES = (RunInputs, RenderInfo)
 CONDITION_NAMES = ("tokens", "input_tokens", "budget", "chunks", "sources", "segments", "query")
 
 # key -> (type hint, default, check returning an error message or None)
@@ -103,6 +106,16 @@ class PipelineSpec:
     llm: Mapping[str, Any]
     output: Mapping[str, Any]
     steps: tuple[StepSpec, ...]
+
+    def providers(self, item: Any) -> list[tuple[StepSpec, ComponentInfo]]:
+        """The steps (with the component) that provide `item`: a state type such as `Knowledge`,
+        or a context part such as "segments". How applications find a step by what it does."""
+        return [(step, info) for step in self.steps for info, _ in step.components
+                if item in info.cls.provides]
+
+    def provides(self, item: Any) -> bool:
+        """Whether some step provides `item` (see `providers`)."""
+        return bool(self.providers(item))
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved configuration, as `--print-config` shows it."""
@@ -284,9 +297,8 @@ def _check_params(
                                                f"{param.name!r} ({param.type_name})"))
             else:
                 out[param.name] = param.default
-    checker = getattr(info.cls, "check_params", None)
-    if checker is not None and len(out) == len(declared):
-        for message in checker(dict(out)):
+    if len(out) == len(declared):
+        for message in info.cls.check_params(dict(out)):
             problems.append(marked.problem(base, f"{info.name}: {message}"))
 
 
@@ -346,7 +358,7 @@ def validate(marked: Marked, registry: Registry) -> PipelineSpec:
     if not isinstance(steps_raw, list) or not steps_raw:
         problems.append(marked.problem(("steps",), "`steps:` must be a non-empty list of steps"))
         steps_raw = []
-    provided = {"sources"}
+    provided: set[Any] = {"sources", *PIPELINE_PROVIDES}
     seen_names: set[str] = set()
     stage_seen: list[str] = []
     for index, raw_step in enumerate(steps_raw):
@@ -405,7 +417,7 @@ def _check_order(
         problems.append(marked.problem((*path, "use"), f"{names[0]} is a clean step after a chunk "
                                        "step; cleaning must come before chunking"))
     for info, _ in components:
-        missing = [r for r in info.cls.requires if r not in provided]
+        missing = [state_name(r) for r in info.cls.requires if r not in provided]
         if missing:
             problems.append(marked.problem((*path, "use"), f"{info.name} requires "
                                            f"{', '.join(missing)}, which no earlier step provides "

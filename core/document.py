@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
+from compactor.state import RunInputs, State, StateItem
+
 if TYPE_CHECKING:
     from compactor.provenance import Edits, OffsetMap
 
@@ -222,7 +224,9 @@ class Context:
     output: str | None = None
     output_tokens: int | None = None
     reports: tuple[StepReport, ...] = ()
-    meta: Mapping[str, Any] = field(default_factory=_empty)
+    #: Typed shared state, one deeply frozen item per type (`compactor.state`): what steps provide
+    #: for later steps, applications and operations (knowledge, loss report, compaction plan, ...).
+    state: State = field(default_factory=State)
 
     def evolve(self, **changes: Any) -> Context:
         """A copy with some fields replaced (the only way stages produce their result)."""
@@ -236,6 +240,16 @@ class Context:
         if self.chunks:
             return sum(c.tokens for c in self.chunks)
         return sum(s.tokens or 0 for s in self.sources)
+
+    def with_state(self, *items: StateItem) -> Context:
+        """A copy with `items` added to its state (replacing items of the same types)."""
+        return replace(self, state=self.state.with_(*items))
+
+    @property
+    def input_tokens(self) -> int:
+        """The run's input size (after cleaning): what ratio budgets are taken of."""
+        inputs = self.state.get(RunInputs)
+        return self.tokens if inputs is None else inputs.input_tokens
 
     def source(self, source_id: str) -> Source:
         """The source with this id (KeyError if absent)."""
@@ -253,4 +267,4 @@ class Context:
 
     def resolved_budget(self) -> int | None:
         """The absolute token budget for this context's input size."""
-        return self.budget.resolve(int(self.meta.get("input_tokens", self.tokens)))
+        return self.budget.resolve(self.input_tokens)

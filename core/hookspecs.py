@@ -7,6 +7,18 @@ only the components that step names, so an implementation never sees other steps
 How results combine, by stage:
 - clean, chunk, compress, fallback, render: one component per step, first non-None result wins.
 - classify, score, validate: every component named by the step contributes; the pipeline merges.
+
+A stage hook implemented by a plugin object that is not one of the step's components is never
+called. Observers (timing, tracing, monitoring) wrap the run-level hooks instead:
+`compactor_run` sees a whole run and `compactor_step` every step, one wrapper hookimpl each::
+
+    class Timer:
+        @hookimpl(wrapper=True)
+        def compactor_run(self, pipeline, run):
+            started = time.perf_counter()
+            context = yield          # the final Context; raises what the run raised
+            print(pipeline.spec.name, time.perf_counter() - started)
+            return context
 """
 
 from __future__ import annotations
@@ -18,7 +30,9 @@ import pluggy
 
 if TYPE_CHECKING:
     from compactor.components import Component, ScoreSet
+    from compactor.config import StepSpec
     from compactor.document import Context
+    from compactor.pipeline import Pipeline
     from compactor.run import Run
 
 PROJECT = "compactor"
@@ -75,9 +89,11 @@ def compactor_validate(context: Context, run: Run) -> Mapping[str, Any] | None:
     """Return a report (e.g. `{"level": "minimal", "retention": 0.93, "passed": True}`).
 
     Every component of the step contributes; reports are visible to later `when:` conditions as
-    `<component name>.<key>`. A report with `retry: {...}` asks the pipeline to run the last
-    compress step again with those entries merged into `context.meta` (e.g. `budget_share`); the
-    pipeline allows a bounded number of retries per run.
+    `<component name>.<key>`. A component that declares `provides = (LossReport,)` has its report
+    put in `context.state` as a `compactor.state.LossReport`. A report with
+    `retry: {"budget_share": ..., "ratio_attempts": [...]}` asks the pipeline to run the last
+    compress step again with that `compactor.state.BudgetShare` in the state; the pipeline allows
+    a bounded number of retries per run.
     """
 
 
@@ -89,6 +105,21 @@ def compactor_fallback(context: Context, run: Run) -> Context | None:
 @hookspec(firstresult=True)
 def compactor_render(context: Context, run: Run) -> str | None:
     """Return the final text for the model, within the context's budget."""
+
+
+@hookspec(firstresult=True)
+def compactor_run(pipeline: Pipeline, run: Run) -> Context | None:
+    """A whole run of `pipeline`, for observers: implement it as `@hookimpl(wrapper=True)`, and
+    `yield` gives the final `Context` (or raises what the run raised; `run.failed_step` names the
+    step that failed). The pipeline itself runs the steps; a plain (non-wrapper) implementation
+    is not expected."""
+
+
+@hookspec(firstresult=True)
+def compactor_step(step: StepSpec, context: Context, run: Run) -> Context | None:
+    """One step of a run (not called for steps whose `when:` is false), for observers: implement
+    it as `@hookimpl(wrapper=True)`; `yield` gives the step's resulting `Context`. `run.step` is
+    the step's record (tokens in and out, time, details), filled in by the built-in observer."""
 
 
 STAGE_HOOKS: dict[str, str] = {

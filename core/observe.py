@@ -1,21 +1,25 @@
-"""The step observer: wrapper hooks that do every stage's bookkeeping.
+"""Step bookkeeping: token counts on what a stage returns, and the step observer.
 
-Compressors stay free of bookkeeping: this plugin wraps each stage hook call, measures its time and
-the tokens going in and out, and makes sure the returned context carries token counts (counted once,
-with the run's counter, and cached on the objects so later stages never count again).
+Compressors stay free of bookkeeping: the pipeline makes sure every returned context carries token
+counts (`with_counts`: counted once, with the run's counter, and cached on the objects so later
+stages never count again), and `StepObserver`, one wrapper of the step-level hook, measures each
+step's time and the tokens going in and out.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compactor.document import Context, Source, frozen_mapping
 from compactor.formats.messages import TOKENS_PER_REPLY, message_tokens
 from compactor.hookspecs import hookimpl
 from compactor.run import Run
+
+if TYPE_CHECKING:
+    from compactor.config import StepSpec
 
 
 def with_counts(context: Context, run: Run) -> Context:
@@ -48,55 +52,46 @@ def _conversation_counts(source: Source, run: Run) -> Source:
 
 
 class StepObserver:
-    """Registered in every pipeline's plugin manager; wraps all stage hooks."""
+    """Registered in every pipeline's plugin manager: one wrapper of the step-level hook measures
+    every step (time, tokens in and out) into `run.step`. It is the innermost wrapper, so other
+    observers' step wrappers see the figures filled in. (When it is the only step wrapper, the
+    pipeline calls `measured` itself rather than going through the hook: the same bookkeeping,
+    without a hook call per step.)"""
 
-    def _observe(self, context: Context, run: Run) -> Generator[None, Any, Any]:
-        step = run.step
-        started = time.perf_counter()
-        if step is not None and step.calls == 0:
-            step.tokens_in = context.tokens
+    @hookimpl(wrapper=True, trylast=True)
+    def compactor_step(self, step: StepSpec, context: Context, run: Run) -> Generator[None, Any, Any]:
+        started = step_started(context, run)
         result = yield
-        if isinstance(result, Context):
-            result = with_counts(result, run)
-        if step is not None:
-            step.calls += 1
-            step.seconds += time.perf_counter() - started
-            if isinstance(result, Context):
-                step.tokens_out = result.tokens
-            elif isinstance(result, str):
-                step.tokens_out = run.counter.count(result)
-            else:
-                step.tokens_out = context.tokens
+        step_finished(step, context, run, result, started)
         return result
 
-    @hookimpl(wrapper=True)
-    def compactor_clean(self, context: Context, run: Run) -> Generator[None, Any, Any]:
-        return (yield from self._observe(context, run))
+    @staticmethod
+    def measured(step: StepSpec, context: Context, run: Run, execute: Callable[[], Any]) -> Any:
+        """`execute()` (the step), measured as the wrapper measures it."""
+        started = step_started(context, run)
+        result = execute()
+        step_finished(step, context, run, result, started)
+        return result
 
-    @hookimpl(wrapper=True)
-    def compactor_chunk(self, context: Context, run: Run) -> Generator[None, Any, Any]:
-        return (yield from self._observe(context, run))
 
-    @hookimpl(wrapper=True)
-    def compactor_classify(self, context: Context, run: Run) -> Generator[None, Any, Any]:
-        return (yield from self._observe(context, run))
+def step_started(context: Context, run: Run) -> float:
+    """Note the tokens going into the current step; the time it starts."""
+    if run.step is not None:
+        run.step.tokens_in = context.tokens
+    return time.perf_counter()
 
-    @hookimpl(wrapper=True)
-    def compactor_score(self, context: Context, run: Run) -> Generator[None, Any, Any]:
-        return (yield from self._observe(context, run))
 
-    @hookimpl(wrapper=True)
-    def compactor_compress(self, context: Context, run: Run) -> Generator[None, Any, Any]:
-        return (yield from self._observe(context, run))
-
-    @hookimpl(wrapper=True)
-    def compactor_validate(self, context: Context, run: Run) -> Generator[None, Any, Any]:
-        return (yield from self._observe(context, run))
-
-    @hookimpl(wrapper=True)
-    def compactor_fallback(self, context: Context, run: Run) -> Generator[None, Any, Any]:
-        return (yield from self._observe(context, run))
-
-    @hookimpl(wrapper=True)
-    def compactor_render(self, context: Context, run: Run) -> Generator[None, Any, Any]:
-        return (yield from self._observe(context, run))
+def step_finished(step: StepSpec, context: Context, run: Run, result: Any, started: float) -> None:
+    """Note the step's time and the tokens coming out (the rendered text's, for a render step)."""
+    record = run.step
+    if record is None:
+        return
+    record.calls += 1
+    record.seconds += time.perf_counter() - started
+    if isinstance(result, Context):
+        if step.stage == "render" and result.output_tokens is not None:
+            record.tokens_out = result.output_tokens
+        else:
+            record.tokens_out = result.tokens
+    else:
+        record.tokens_out = context.tokens

@@ -1,4 +1,9 @@
-"""Running a resolved pipeline: one plugin manager per pipeline, one subset caller per component."""
+"""Running a resolved pipeline: one plugin manager per pipeline, one subset caller per component.
+
+A run goes through two observer hooks (`compactor_run` around the whole run, `compactor_step`
+around each step); a step calls its stage hook on its own components only, never on other plugin
+objects registered in the same manager.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,6 @@ import gc
 import importlib.resources
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -18,11 +22,11 @@ from compactor.conditions import namespace_lookup
 from compactor.config import PipelineSpec, StepSpec, load_spec
 from compactor.document import Budget, Chunk, Context, Source, StepReport, frozen_mapping
 from compactor.errors import BudgetError, CompactorError, ConfigError, InputError, Problem, StageError
-from compactor.hookspecs import STAGE_HOOKS
+from compactor.hookspecs import STAGE_HOOKS, hookimpl
 from compactor.observe import StepObserver, with_counts
-from compactor.ops.monitor import RunRecorder
 from compactor.registry import Registry, build_registry
 from compactor.run import Run, StepRecord
+from compactor.state import BudgetShare, LossReport, RenderInfo, RunInputs
 from compactor.text.tokens import TokenCounter, get_counter
 from compactor.yamlmarks import MAX_FILE_CHARS
 
@@ -164,8 +168,12 @@ class Pipeline:
         self.registry = registry
         self.counter: TokenCounter = get_counter(spec.tokenizer)
         pm = registry.pm
-        pm.register(StepObserver(), name="compactor.observer")
+        self._observer = StepObserver()
+        pm.register(self._observer, name="compactor.observer")
+        pm.register(_StepEngine(self), name="compactor.engine")
         self._instances: list[tuple[StepSpec, str, Component]] = []
+        #: The components of each step, by `id` of its StepSpec (the spec keeps the steps alive).
+        self._step_components: dict[int, list[tuple[str, Component]]] = {}
         for step in spec.steps:
             for info, params in step.components:
                 try:
@@ -175,7 +183,9 @@ class Pipeline:
                                               field=f"steps[{step.index}].with")) from None
                 pm.register(instance, name=f"step{step.index}:{info.name}")
                 self._instances.append((step, info.name, instance))
+                self._step_components.setdefault(id(step), []).append((info.name, instance))
         self._renderers: dict[str, Component] = {}
+        self._render_steps: dict[str, StepSpec] = {}
         self._renderers_lock = threading.Lock()
 
     @classmethod
@@ -202,6 +212,7 @@ class Pipeline:
     def record_runs(self, store: Any) -> None:
         """Record every run of this pipeline (time, tokens, ratio, loss, fallback, success) into a
         store (a path or a `ChunkStore`); see `compactor.ops.monitor`."""
+        from compactor.ops.monitor import RunRecorder
         from compactor.store import open_store
 
         self.registry.pm.register(RunRecorder(open_store(store), self.spec.name or "<inline>"),
@@ -216,23 +227,28 @@ class Pipeline:
     # -- running ---------------------------------------------------------------------------
 
     def _caller(self, stage: str, keep: Component) -> Callable[..., Any]:
-        others = [inst for _, _, inst in self._instances if inst is not keep]
-        others += [r for r in self._renderers.values() if r is not keep]
-        return self.registry.pm.subset_hook_caller(STAGE_HOOKS[stage], remove_plugins=others)
+        """The stage hook of `keep` alone: every other plugin object (other steps' components,
+        plugins that happen to implement a stage hook) is left out."""
+        pm = self.registry.pm
+        return pm.subset_hook_caller(STAGE_HOOKS[stage], remove_plugins=pm.get_plugins() - {keep})
 
-    def _renderer(self, fmt: str) -> Component:
-        """The default renderer of a format, registered once even when runs share the pipeline
-        across threads (shipped pipelines are shared: see `resolved_pipeline`)."""
-        renderer = self._renderers.get(fmt)
-        if renderer is not None:
-            return renderer
+    def _render_step(self, fmt: str) -> StepSpec:
+        """The step rendering a format when the pipeline has no render step (or another format is
+        asked for), with the format's default renderer: made once even when runs share the
+        pipeline across threads (shipped pipelines are shared: see `resolved_pipeline`)."""
+        step = self._render_steps.get(fmt)
+        if step is not None:
+            return step
         with self._renderers_lock:
-            if fmt not in self._renderers:
+            if fmt not in self._render_steps:
                 info = self.registry.get(f"render.{fmt}")
                 renderer = info.cls()
                 self.registry.pm.register(renderer, name=f"default-render:{fmt}")
                 self._renderers[fmt] = renderer
-            return self._renderers[fmt]
+                step = StepSpec(len(self.spec.steps), info.name, "render", ())
+                self._step_components[id(step)] = [(info.name, renderer)]
+                self._render_steps[fmt] = step
+            return self._render_steps[fmt]
 
     def run(
         self,
@@ -251,37 +267,8 @@ class Pipeline:
         `store` and `session` (a `compactor.store.ChunkStore` and a session id) are offered to the
         components as `run.settings["session"]`, for the ones that consult what a session holds.
         `llm` overrides keys of the pipeline's `llm:` section for this run (model, base_url, ...).
+        Observers see the whole run through the `compactor_run` hook (see `compactor.hookspecs`).
         """
-        recorders = [p for p in self.registry.pm.get_plugins() if isinstance(p, RunRecorder)]
-        if not recorders:
-            return self._run(inputs, query, budget, output_format, progress, store, session, llm)
-        started = time.perf_counter()
-        try:
-            result = self._run(inputs, query, budget, output_format, progress, store, session, llm)
-        except BaseException as exc:
-            for recorder in recorders:
-                recorder.finish(started, None, error=f"{type(exc).__name__}: {exc}")
-            raise
-        for recorder in recorders:
-            recorder.finish(started, result)
-        return result
-
-    def _run(self, inputs: str | Source | Iterable[Source | str] | Context, query: str | None,
-             budget: int | Budget | None, output_format: str | None, progress: Progress | None,
-             store: Any, session: str | None, llm: Mapping[str, Any] | None) -> Context:
-        # A run allocates millions of small acyclic objects (terms, chunks, scores); the cyclic
-        # collector would walk all of them again and again (15-20% of a 300k-token run, growing
-        # with the input). It is paused for the run and resumes, collecting as usual, after it.
-        _gc_pause()
-        try:
-            return self._steps(inputs, query, budget, output_format, progress, store, session, llm)
-        finally:
-            _gc_resume()
-
-    def _steps(self, inputs: str | Source | Iterable[Source | str] | Context, query: str | None,
-               budget: int | Budget | None, output_format: str | None, progress: Progress | None,
-               store: Any, session: str | None, llm: Mapping[str, Any] | None) -> Context:
-        context = self._initial(inputs, query, budget)
         render_steps = [name for s, name, _ in self._instances if s.stage == "render"]
         declared = render_steps[-1].split(".", 1)[1] if render_steps else self.spec.output["format"]
         fmt = output_format or declared
@@ -290,7 +277,32 @@ class Pipeline:
                                                           if v is not None}}, "store": self.spec.store,
                             "output": {**self.spec.output, "format": fmt},
                             "session": {"store": store, "id": session} if store is not None else {}})
-        context = with_counts(context, run)
+
+        def execute(pipeline: Pipeline, run: Run) -> Context:
+            # A run allocates millions of small acyclic objects (terms, chunks, scores); the cyclic
+            # collector would walk all of them again and again (15-20% of a 300k-token run, growing
+            # with the input). It is paused for the run and resumes, collecting as usual, after it.
+            _gc_pause()
+            try:
+                return pipeline._steps(inputs, query, budget, output_format, fmt, progress, run)
+            finally:
+                _gc_resume()
+
+        hook = self.registry.pm.hook.compactor_run
+        if not hook.get_hookimpls():  # nobody observes runs: no hook call
+            return execute(self, run)
+        result = hook.call_extra([execute], {"pipeline": self, "run": run})
+        if not isinstance(result, Context):
+            raise StageError(f"a compactor_run wrapper returned {type(result).__name__}, not a Context")
+        return result
+
+    def _steps(self, inputs: str | Source | Iterable[Source | str] | Context, query: str | None,
+               budget: int | Budget | None, output_format: str | None, fmt: str,
+               progress: Progress | None, run: Run) -> Context:
+        context = with_counts(self._initial(inputs, query, budget), run)
+        # only the built-in observer and engine implement the step hook: measure the steps here
+        # rather than through a hook call per step (the same bookkeeping, `StepObserver.measured`)
+        observed = len(self.registry.pm.hook.compactor_step.get_hookimpls()) > 2
         steps = list(self.spec.steps)
         explicit_render = any(s.stage == "render" for s in steps)
         total = len(steps) + (0 if explicit_render else 1)
@@ -303,24 +315,23 @@ class Pipeline:
                 progress(position, total, step.label)
             if step.stage == "compress":
                 before_compress = (position, context)
-            context = self._run_step(step, context, run)
+            context = self._run_step(step, context, run, observed)
             retry = self._retry_request(step, run) if step.stage == "validate" else None
             if retry and before_compress is not None and retries < MAX_RETRIES:
                 retries += 1
                 position, snapshot = before_compress
                 context = snapshot.evolve(reports=context.reports,
-                                          meta=frozen_mapping({**snapshot.meta, **retry}))
+                                          state=snapshot.state.with_(_retry_state(snapshot, retry)))
                 continue
             position += 1
         if not explicit_render or output_format:
             if progress:
                 progress(total - 1, total, f"render.{fmt}")
-            render_step = StepSpec(len(steps), f"render.{fmt}", "render", ())
-            context = self._run_step(render_step, context, run, override=self._renderer(fmt))
+            context = self._run_step(self._render_step(fmt), context, run, observed)
         if progress:
             progress(total, total, "done")
         limit = context.resolved_budget()
-        renderer_budgeted = context.meta.get("render_budgeted", True)
+        renderer_budgeted = context.state.get(RenderInfo, RenderInfo()).budgeted
         if (limit is not None and renderer_budgeted and context.output_tokens is not None
                 and context.output_tokens > limit):
             raise BudgetError(f"a budget of {limit} tokens is too small for the {self.spec.name} "
@@ -363,17 +374,22 @@ class Pipeline:
 
     @staticmethod
     def _retry_request(step: StepSpec, run: Run) -> Mapping[str, Any] | None:
-        """A validator asks for another compression by returning `retry: {meta updates}`."""
+        """A validator asks for another compression by returning `retry: {budget_share: ...,
+        ratio_attempts: [...]}` (the fields of the `BudgetShare` the compress step runs with)."""
         for info, _ in step.components:
             retry = run.results.get(info.name, {}).get("retry")
             if isinstance(retry, Mapping):
+                unknown = set(retry) - set(_RETRY_FIELDS)
+                if unknown:
+                    raise StageError(f"{info.name} asked for a retry with {', '.join(sorted(unknown))}; "
+                                     f"a retry may set {', '.join(_RETRY_FIELDS)}")
                 return retry
         return None
 
     def _lookup(self, context: Context, run: Run) -> Callable[[str], Any]:
         values: dict[str, Any] = {
             "tokens": context.tokens,
-            "input_tokens": context.meta.get("input_tokens", context.tokens),
+            "input_tokens": context.input_tokens,
             "budget": context.resolved_budget(),
             "chunks": len(context.chunks),
             "sources": len(context.sources),
@@ -383,20 +399,38 @@ class Pipeline:
         values.update(run.results)
         return namespace_lookup(values)
 
-    def _run_step(
-        self, step: StepSpec, context: Context, run: Run, override: Component | None = None,
-    ) -> Context:
-        if step.stage != "clean" and "input_tokens" not in context.meta:
-            context = context.evolve(meta=frozen_mapping({**context.meta,
-                                                          "input_tokens": context.tokens}))
+    def _run_step(self, step: StepSpec, context: Context, run: Run, observed: bool = True) -> Context:
+        if step.stage != "clean" and RunInputs not in context.state:
+            context = context.with_state(RunInputs(context.tokens))
         record = StepRecord(step.index, step.label, step.stage)
         run.step = record
         if step.when is not None and not step.when.evaluate(self._lookup(context, run)):
             report = StepReport(step.index, step.label, step.stage, context.tokens, context.tokens,
                                 0.0, skipped=True, details={"when": step.when.source})
             return context.evolve(reports=(*context.reports, report))
-        components = ([(override.name, override)] if override is not None else
-                      [(name, inst) for s, name, inst in self._instances if s is step])
+        try:  # observers wrap the step; `_StepEngine` runs it
+            if observed:
+                result = self.registry.pm.hook.compactor_step(step=step, context=context, run=run)
+            else:
+                components = self._step_components[id(step)]
+                result = self._observer.measured(
+                    step, context, run, lambda: self._execute(step, components, context, run))
+        except BaseException:
+            run.failed_step = step.label
+            raise
+        if not isinstance(result, Context):
+            run.failed_step = step.label
+            raise StageError(f"{self.spec.file}: step {step.index} ({step.label}) gave "
+                             f"{type(result).__name__}, not a Context (a compactor_step wrapper?)")
+        context = result
+        report = StepReport(step.index, step.label, step.stage, record.tokens_in,
+                            record.tokens_out, record.seconds, details=frozen_mapping(record.details),
+                            warnings=tuple(record.warnings))
+        return context.evolve(reports=(*context.reports, report))
+
+    def _execute(self, step: StepSpec, components: Sequence[tuple[str, Component]], context: Context,
+                 run: Run) -> Context:
+        """Call the step's stage hook on each of its components and combine what they return."""
         score_sets: list[ScoreSet] = []
         try:
             for name, instance in components:
@@ -413,10 +447,7 @@ class Pipeline:
                              f"{type(exc).__name__}: {exc}") from exc
         if step.stage == "score":
             context = _merge_scores(context, score_sets, step.weights)
-        report = StepReport(step.index, step.label, step.stage, record.tokens_in,
-                            record.tokens_out, record.seconds, details=frozen_mapping(record.details),
-                            warnings=tuple(record.warnings))
-        return context.evolve(reports=(*context.reports, report))
+        return context
 
     def _score(self, name: str, instance: Component, context: Context, run: Run) -> ScoreSet | None:
         result = self._caller("score", instance)(context=context, run=run)
@@ -438,13 +469,14 @@ class Pipeline:
             report = dict(result or {})
             run.results[name] = report
             run.note(name, report)
+            if LossReport in instance.provides:
+                context = context.with_state(LossReport.of(name, report))
             return context
         if stage == "render":
             if not isinstance(result, str):
                 raise StageError(f"{name} rendered {type(result).__name__}, not text")
-            tokens = run.step.tokens_out if run.step else self.counter.count(result)
-            meta = {**context.meta, "render_budgeted": getattr(instance, "budgeted", True)}
-            return context.evolve(output=result, output_tokens=tokens, meta=frozen_mapping(meta))
+            return context.evolve(output=result, output_tokens=self.counter.count(result),
+                                  state=context.state.with_(RenderInfo(instance.budgeted)))
         if result is None:
             if stage == "fallback":
                 if run.step is not None:
@@ -453,7 +485,32 @@ class Pipeline:
             raise StageError(f"{name} returned nothing for its {stage} step")
         if not isinstance(result, Context):
             raise StageError(f"{name} returned {type(result).__name__}, not a Context")
-        return result
+        return with_counts(result, run)
+
+
+class _StepEngine:
+    """The one plain `compactor_step` implementation of a pipeline's plugin manager: runs the
+    steps of its pipeline (and declines others), inside every observer's step wrapper."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self._pipeline = pipeline
+
+    @hookimpl(trylast=True)
+    def compactor_step(self, step: StepSpec, context: Context, run: Run) -> Context | None:
+        components = self._pipeline._step_components.get(id(step))
+        if components is None:
+            return None
+        return self._pipeline._execute(step, components, context, run)
+
+
+_RETRY_FIELDS = ("budget_share", "ratio_attempts")
+
+
+def _retry_state(snapshot: Context, retry: Mapping[str, Any]) -> BudgetShare:
+    """The `BudgetShare` a validator's retry request asks the compress step to run with."""
+    current = snapshot.state.get(BudgetShare, BudgetShare())
+    return current.evolve(share=float(retry.get("budget_share", current.share)),
+                          attempts=tuple(retry.get("ratio_attempts", current.attempts)))
 
 
 def _merge_labels(context: Context, labels: Mapping[str, Mapping[str, Any]]) -> Context:

@@ -50,6 +50,8 @@ class Run:
     step: StepRecord | None = None
     results: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     trace: bool = False
+    #: The label of the step that raised, when a run fails in a step (for run observers).
+    failed_step: str | None = None
 
     def note(self, key: str, value: Any) -> None:
         """Record a detail in the current step's report."""

@@ -25,6 +25,7 @@ from compactor.plugins.compress import facts as fx
 from compactor.plugins.llm import fill, template_for
 from compactor.plugins.score import bm25_scores
 from compactor.run import Run
+from compactor.state import TranscriptOptions
 from compactor.text.relevance import index_terms
 from compactor.text.sentences import split_sentences
 
@@ -109,7 +110,7 @@ class HierarchicalOrganizer(Component):
     """Organises retrieved transcript segments per file and block; compresses by the question when
     the result is over `max_length` (`unit`: chars, as the seed counts, or tokens).
 
-    Run options in `context.meta["transcript_options"]` (max_length, unit, llm) override the
+    Run options in `context.state` (`TranscriptOptions`) (max_length, unit, llm) override the
     parameters; a token budget from the pipeline or `--budget` applies as well.
     """
 
@@ -130,7 +131,7 @@ class HierarchicalOrganizer(Component):
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
-        options = dict(context.meta.get("transcript_options") or {})
+        options = dict(context.state.get(TranscriptOptions, TranscriptOptions()).values)
         unit: Unit = options.get("unit") or self.unit
         max_length = options.get("max_length", self.max_length)
         budget = context.resolved_budget()

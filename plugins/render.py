@@ -16,6 +16,7 @@ from compactor.plugins.compress.select import source_heading
 from compactor.plugins.compress.topics import REFERENCES, _titles, render_footnotes
 from compactor.provenance import OffsetMap, kept_spans, source_map
 from compactor.run import Run
+from compactor.state import CompactionPlan, RunInputs
 from compactor.text.spans import token_windows
 from compactor.text.tokens import TokenCounter
 
@@ -119,7 +120,7 @@ class JsonRenderer(Component):
         data: dict[str, Any] = {
             "query": context.query,
             "budget": context.resolved_budget(),
-            "input_tokens": context.meta.get("input_tokens"),
+            "input_tokens": inputs.input_tokens if (inputs := context.state.get(RunInputs)) else None,
             "text_tokens": sum(s.tokens or 0 for s in segments),
             "sources": [_source_entry(s, maps[s.id]) for s in context.sources],
             "segments": [{"id": s.id, "source_id": s.source_id, "title": s.title,
@@ -166,7 +167,8 @@ class MessagesRenderer(Component):
 
     @hookimpl
     def compactor_render(self, context: Context, run: Run) -> str:
-        plans = context.meta.get("conversations") or {}
+        found = context.state.get(CompactionPlan)
+        plans = found.plans if found is not None else {}
         lists = []
         for source in context.sources:
             if source.kind != "conversation":

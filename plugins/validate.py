@@ -15,6 +15,7 @@ from compactor.components import Component, score_value
 from compactor.document import Chunk, Context
 from compactor.hookspecs import hookimpl
 from compactor.run import Run
+from compactor.state import BudgetShare, LossReport
 from compactor.text import terms as ts
 from compactor.text.relevance import index_terms
 
@@ -128,6 +129,7 @@ class LossValidator(Component):
     name = "validate.loss"
     stage = "validate"
     requires = ("chunks",)
+    provides = (LossReport,)
 
     def __init__(self, *, min_retention: float = 0.5, important: float = 0.8) -> None:
         self.min_retention = min_retention
@@ -146,6 +148,7 @@ class RatioController(Component):
     name = "validate.ratio"
     stage = "validate"
     requires = ("segments",)
+    provides = (BudgetShare,)
 
     def __init__(self, *, max_attempts: int = 2, step: float = 0.15,
                  expand_on: list[str] | None = None) -> None:
@@ -167,11 +170,13 @@ class RatioController(Component):
 
     @hookimpl
     def compactor_validate(self, context: Context, run: Run) -> dict[str, Any]:
-        share = float(context.meta.get("budget_share", 1.0))
-        attempts = list(context.meta.get("ratio_attempts", ()))
+        given = context.state.get(BudgetShare, BudgetShare())
+        share = float(given.share)
+        attempts = [dict(a) for a in given.attempts]
         budget = context.resolved_budget()
         tokens = context.tokens
-        loss = run.results.get("validate.loss") or loss_report(context)
+        found = context.state.get(LossReport)
+        loss = found.values if found is not None else loss_report(context)
         attempt = {"share": share, "tokens": tokens, "level": loss.get("level"),
                    "retention": loss.get("retention")}
         attempts.append(attempt)

@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-import yaml
-
-from compactor.document import Budget, Context, Fact, Source, chunk_id, frozen_mapping
+from compactor.config import PipelineSpec, load_spec
+from compactor.document import Budget, Context, Fact, Source, chunk_id
 from compactor.errors import ConfigError, InputError, Problem, StoreConflict
 from compactor.pipeline import Pipeline, pipeline_folder, read_pipeline_text
+from compactor.registry import ComponentInfo, Registry, build_registry
+from compactor.state import Knowledge, State, thaw
 from compactor.store import Batch, ChunkStore, StoredChunk, open_store
-from compactor.yamlmarks import load_marked
 
 STRATEGIES = ("fact_centric", "chunk_filtering", "summarization")
 # what a strategy keeps between batches besides its knowledge base: the checklist's fact ids and
@@ -49,7 +50,8 @@ def strategy_name(name: str) -> str:
 
 def pipeline_with_strategy(pipeline: str | Pipeline, strategy: str | None,
                            plugins: Iterable[Any] = ()) -> Pipeline:
-    """The pipeline (a name or file), with its strategy step switched to `strategy` when given."""
+    """The pipeline (a name or file), with its strategy step (the step that provides `Knowledge`)
+    switched to `strategy` when given; every other step keeps its place in the file."""
     if isinstance(pipeline, Pipeline):
         if strategy is None:
             return pipeline
@@ -57,32 +59,43 @@ def pipeline_with_strategy(pipeline: str | Pipeline, strategy: str | None,
     text, label = read_pipeline_text(pipeline)
     if strategy is None:
         return Pipeline.from_string(text, file=label, plugins=plugins)
-    data = load_marked(text, label).data  # bounded: a hostile file must not expand when dumped
-    steps = data.get("steps") if isinstance(data, dict) else None
-    target = f"compress.{strategy_name(strategy)}"
-    for step in steps or []:
-        use = step.get("use") if isinstance(step, dict) else None
-        if isinstance(use, str) and use.removeprefix("compress.") in STRATEGIES:
-            if use != target:
-                step["use"] = target
-                step.pop("with", None)
-            break
-    else:
-        raise ConfigError(Problem(f"no strategy step (compress.{{{','.join(STRATEGIES)}}}) to switch",
-                                  label, field="steps"))
-    return Pipeline.from_string(yaml.safe_dump(data, sort_keys=False, allow_unicode=True),
-                                file=f"{label} (strategy {strategy_name(strategy)})", plugins=plugins,
-                                folder=pipeline_folder(label))
+    registry = build_registry(plugins=plugins)
+    spec = load_spec(text, label, registry, None, pipeline_folder(label))
+    return Pipeline(_with_strategy(spec, registry, strategy_name(strategy)), registry)
+
+
+def _with_strategy(spec: PipelineSpec, registry: Registry, strategy: str) -> PipelineSpec:
+    """`spec` with its strategy step using the component of `strategy` (with its defaults)."""
+    providers = spec.providers(Knowledge)
+    if not providers:
+        raise ConfigError(Problem(f"no strategy step (a compress step providing knowledge: "
+                                  f"{', '.join(STRATEGIES)}) to switch", spec.file, field="steps"))
+    step, info = providers[0]
+    if _short(info) == strategy:
+        return spec
+    target = next((c for c in registry.components.values()
+                   if Knowledge in c.cls.provides and _short(c) == strategy), None)
+    if target is None:
+        raise ConfigError(Problem(f"no component provides the knowledge of strategy {strategy!r}",
+                                  spec.file, field="steps"))
+    params = {p.name: p.default for p in target.cls.parameters()}
+    label = step.label if step.label != info.name else target.name
+    switched = replace(step, label=label, components=((target, params),))
+    return replace(spec, steps=tuple(switched if s is step else s for s in spec.steps))
+
+
+def _short(info: ComponentInfo) -> str:
+    """A strategy component's short name: what `strategy=` and the session store call it."""
+    return info.name.split(".", 1)[-1]
 
 
 def _strategy_of(pipeline: Pipeline) -> str:
-    for step in pipeline.spec.steps:
-        for info, _ in step.components:
-            if info.name.removeprefix("compress.") in STRATEGIES:
-                return info.name.removeprefix("compress.")
-    raise ConfigError(Problem("the pipeline has no strategy step (compress.fact_centric, "
-                              "compress.chunk_filtering or compress.summarization)", pipeline.spec.file,
-                              field="steps"))
+    providers = pipeline.spec.providers(Knowledge)
+    if not providers:
+        raise ConfigError(Problem("the pipeline has no strategy step (a compress step providing "
+                                  f"knowledge: {', '.join(STRATEGIES)})", pipeline.spec.file,
+                                  field="steps"))
+    return _short(providers[0][1])
 
 
 def fact_to_dict(fact: Fact) -> dict[str, Any]:
@@ -207,21 +220,22 @@ class ContextCompacter:
         if stored is not None and stored != self.strategy:  # another process started the session
             raise InputError(f"session {self.session!r} was built with strategy {stored!r}, "
                              f"not {self.strategy!r}")
-        meta = {"kept_chunk_ids": self.chunk_ids, "summary": self.summary,
-                **{k: self.store.knowledge(self.session, k) for k in _STATE
-                   if self.store.knowledge(self.session, k) is not None}}
+        known = Knowledge(strategy=self.strategy, kept_chunk_ids=self.chunk_ids, summary=self.summary,
+                          **{k: self.store.knowledge(self.session, k) for k in _STATE
+                             if self.store.knowledge(self.session, k) is not None})
         context = Context(sources=tuple(sources), facts=tuple(self.facts), query=query, budget=budget,
-                          meta=frozen_mapping(meta))
+                          state=State([known]))
         result = self.pipeline.run(context, store=self.store, session=self.session) if sources else context
         details = {r.step: dict(r.details) for r in result.reports}
         knowledge: dict[str, Any] = {"strategy": self.strategy}
+        learned = result.state.get(Knowledge, known)
         if self.strategy == "fact_centric":
             knowledge["facts"] = [fact_to_dict(f) for f in result.facts]
         elif self.strategy == "chunk_filtering":
-            knowledge["kept_chunk_ids"] = list(result.meta.get("kept_chunk_ids", meta["kept_chunk_ids"]))
+            knowledge["kept_chunk_ids"] = list(learned.kept_chunk_ids)
         else:
-            knowledge["summary"] = str(result.meta.get("summary", meta["summary"]))
-        knowledge.update({k: result.meta[k] for k in _STATE if k in result.meta})
+            knowledge["summary"] = learned.summary
+        knowledge.update({k: thaw(v) for k in _STATE if (v := getattr(learned, k)) is not None})
         quarantined = [q for d in details.values() for q in d.get("quarantined", [])]
         dropped = [p for d in details.values() for p in d.get("dropped_pages", [])]
         report = {"query": query, "results": len(sources), "new_pages": len(result.sources),

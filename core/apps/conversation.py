@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from compactor.apps.common import PipelineArg, llm_mapping, pipeline_for
-from compactor.document import Budget, Context, frozen_mapping
-from compactor.errors import InputError
+from compactor.document import Budget, Context
+from compactor.errors import ConfigError, InputError, Problem
 from compactor.formats.compaction import KINDS, assemble
 from compactor.formats.messages import (
     conversation_source,
@@ -27,6 +27,7 @@ from compactor.formats.messages import (
     read_messages,
 )
 from compactor.formats.system_prompt import system_records
+from compactor.state import CompactionPlan, ConversationOptions, State, thaw
 from compactor.store import Batch, ChunkStore, open_store
 from compactor.text.tokens import get_counter
 
@@ -99,6 +100,10 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
     parsed = read_messages(messages)
     source = conversation_source(parsed)
     runner = pipeline_for(pipeline, plugins)
+    if not runner.spec.provides(CompactionPlan):
+        raise ConfigError(Problem("compact_messages needs a pipeline with a history compressor (a step "
+                                  "that provides CompactionPlan, such as compress.eight_segment)",
+                                  runner.spec.file, field="steps"))
     target = open_store(store)
     session_id = session or DEFAULT_SESSION
     llm_settings = llm_mapping(llm)
@@ -107,12 +112,14 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
     if compress_system is not None:
         options["compress_system"] = bool(compress_system)
     context = Context(sources=(source,), budget=Budget(max_tokens=budget),
-                      meta=frozen_mapping({"conversation_options": options}))
+                      state=State([ConversationOptions(options)]))
     result = runner.run(context, output_format="messages", store=target, session=session_id,
                         llm=llm_settings)
-    plan = dict((result.meta.get("conversations") or {}).get(source.id) or {})
+    found = result.state.get(CompactionPlan)
+    plan = thaw(found.for_source(source.id)) if found is not None else {}  # JSON-ready, as reported
     if not plan:
-        raise InputError("the pipeline has no compress.eight_segment step: nothing compacted the history")
+        raise InputError("the pipeline has no history compressor step (such as compress.eight_segment): "
+                         "nothing compacted the history")
     out = assemble(parsed, plan, plan.get("summary"), summary_role)  # the input dicts, copied as they are
     counter = runner.counter
     dropped = set(plan["dropped"])

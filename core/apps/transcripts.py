@@ -20,10 +20,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from compactor.apps.common import PipelineArg, llm_mapping, pipeline_for
-from compactor.document import Context, Source, frozen_mapping
+from compactor.document import Context, Source
 from compactor.errors import InputError
 from compactor.formats.transcripts import is_chinese, overview, read_results, segments_of, transcript_source
 from compactor.pipeline import Pipeline
+from compactor.state import State, TranscriptOptions
 
 log = logging.getLogger(__name__)
 Unit = Literal["chars", "tokens"]
@@ -104,6 +105,6 @@ def _run(question: str, sources: list[Source], max_length: int, unit: Unit, llm:
     settings = llm_mapping(llm)
     options = {"max_length": max_length, "unit": unit, "llm": settings is not None}
     context = Context(sources=tuple(sources), query=question,
-                      meta=frozen_mapping({"transcript_options": options}))
+                      state=State([TranscriptOptions(options)]))
     result = runner.run(context, output_format="text", llm=settings)
     return result.output or overview(sources, is_chinese(sources))

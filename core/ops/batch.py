@@ -100,7 +100,7 @@ def run_document(pipeline: tuple[str, ...], record: Mapping[str, Any], line: int
             raise InputError(f"line {line}: `budget` must be a positive integer, not {budget!r}")
         context = runner.run(sources, query=record.get("query"), budget=budget, output_format=output_format)
         return {"id": doc_id, "ok": True, "output": context.output,
-                "input_tokens": context.meta.get("input_tokens"), "output_tokens": context.output_tokens,
+                "input_tokens": context.input_tokens, "output_tokens": context.output_tokens,
                 "seconds": round(time.perf_counter() - started, 6)}
     except CompactorError as exc:
         return {"id": doc_id, "ok": False, "error": str(exc),

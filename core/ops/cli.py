@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from compactor.apps.compacter import STRATEGIES, ContextCompacter, fact_to_dict
+from compactor.apps.compacter import ContextCompacter, fact_to_dict
 from compactor.apps.tools import expand
 from compactor.components import score_label
-from compactor.document import Context, frozen_mapping
+from compactor.document import Context
 from compactor.errors import CompactorError, ConfigError
 from compactor.formats.records import read_paths
 from compactor.formats.system_prompt import system_records
@@ -29,6 +29,7 @@ from compactor.ops.monitor import prometheus_text, rolling_stats, stats_text
 from compactor.ops.report import html_report
 from compactor.pipeline import Pipeline, read_pipeline_text
 from compactor.registry import build_registry
+from compactor.state import CompactionPlan, ConversationOptions, Knowledge, LossReport, RunInputs, State
 from compactor.store import Batch, open_store
 
 
@@ -126,10 +127,8 @@ def _main(args: argparse.Namespace) -> int:
     if args.out:
         return _batch_main(args)
     pipeline = Pipeline.from_yaml(args.pipeline)
-    conversation = any(info.name == "compress.eight_segment"
-                       for step in pipeline.spec.steps for info, _ in step.components)
-    strategy = any(info.name.removeprefix("compress.") in STRATEGIES
-                   for step in pipeline.spec.steps for info, _ in step.components)
+    conversation = pipeline.spec.provides(CompactionPlan)  # a history compressor
+    strategy = pipeline.spec.provides(Knowledge)  # a search strategy
     if (args.strategy or args.session or (args.store and strategy)) and not conversation:
         return _session_main(args)
     if args.store and not conversation:
@@ -150,20 +149,21 @@ def _main(args: argparse.Namespace) -> int:
                                  ("compress_system", args.compress_system or None)) if v is not None}
     if options and not conversation:
         raise ConfigError("--keep-last, --role, --kind, --focus, --keep-files and --compress-system apply "
-                          "to conversation pipelines (compress.eight_segment)")
+                          "to conversation pipelines (a history compressor such as compress.eight_segment)")
     if args.keep_last is not None and args.keep_last < 0:
         raise ConfigError("--keep-last must be 0 or more")
     if args.keep_files is not None and args.keep_files < 0:
         raise ConfigError("--keep-files must be 0 or more")
     inputs = Context(sources=tuple(sources), query=pipeline.spec.query, budget=pipeline.spec.budget,
-                     meta=frozen_mapping({"conversation_options": options} if options else {}))
+                     state=State([ConversationOptions(options)] if options else []))
     store = open_store(args.store or (DEFAULT_STORE if args.session else None)) if conversation else None
     if store is not None and (args.store or args.session):
         pipeline.record_runs(store)  # a conversation's runs go to the store its chunks go to
     context = pipeline.run(inputs, query=args.query, budget=args.budget, output_format=args.format,
                            progress=progress, store=store, session=args.session)
     if store is not None and (args.store or args.session):
-        plans = context.meta.get("conversations") or {}
+        found = context.state.get(CompactionPlan)
+        plans = found.plans if found is not None else {}
         originals = list({o.id: (o, c) for s in context.sources  # system prompts sent as an excerpt
                           for o, c in system_records(s.messages, plans.get(s.id) or {}, pipeline.counter)
                           }.values())
@@ -281,14 +281,13 @@ def _empty_result(flagged: int) -> int:
 
 
 def _quality_gate(context: Context, threshold: float) -> int:
-    reports = [r.details["validate.loss"] for r in context.reports
-               if not r.skipped and "validate.loss" in r.details]
-    if not reports:
-        raise ConfigError("--fail-under needs a validate.loss step in the pipeline")
-    retention = float(reports[-1]["retention"])
+    loss = context.state.get(LossReport)
+    if loss is None or loss.retention is None:
+        raise ConfigError("--fail-under needs a loss validator step (such as validate.loss) in the pipeline")
+    retention = loss.retention
     if retention < threshold:
         print(f"compactor-run: quality gate failed: retention {retention:.3f} < {threshold:.3f} "
-              f"(level {reports[-1]['level']})", file=sys.stderr)
+              f"(level {loss.level})", file=sys.stderr)
         return 1
     return 0
 
@@ -320,7 +319,7 @@ def explain(context: Context) -> str:
 def report_dict(context: Context) -> dict[str, object]:
     """The step reports of a run, as JSON-ready data."""
     return {
-        "input_tokens": context.meta.get("input_tokens"),
+        "input_tokens": inputs.input_tokens if (inputs := context.state.get(RunInputs)) else None,
         "output_tokens": context.output_tokens,
         "budget": context.resolved_budget(),
         "steps": [

@@ -1,8 +1,8 @@
 """Run monitoring (seed 004, section 9): every pipeline run recorded, rolling figures, anomalies.
 
-`RunRecorder` is a plugin with wrapper hooks on every stage (they note which step failed); the
-pipeline hands it each finished or failed run, and it writes one record to the store: time, tokens
-in and out, ratio, loss level and retention (from `validate.loss`), whether a fallback answered,
+`RunRecorder` is an ordinary plugin with one wrapper of the run-level hook: it sees each finished or
+failed run and writes one record to the store: time, tokens in and out, ratio, loss level and
+retention (from the run's `LossReport`, e.g. `validate.loss`), whether a fallback answered,
 success (with the error and the failing step).
 `rolling_stats` summarises the last 100 runs per pipeline (with the mean retention of the runs a
 `validate.loss` step measured) and flags runs several times slower than their pipeline's median, or
@@ -27,6 +27,7 @@ from typing import Any
 from compactor.document import Context
 from compactor.hookspecs import hookimpl
 from compactor.run import Run
+from compactor.state import CompactionPlan, LossReport
 from compactor.store import ChunkStore
 
 WINDOW = 100
@@ -37,82 +38,51 @@ LEVELS = ("minimal", "acceptable", "moderate", "severe")
 
 
 class RunRecorder:
-    """Records each run of the pipeline it is registered with into a store.
-
-    Its wrapper hooks see every step and remember the one that failed; the pipeline calls `finish`
-    once per run, after the output is checked, whether the run succeeded or not.
-    """
+    """Records each run of the pipeline it is registered with into a store: an ordinary plugin with
+    one wrapper of the run-level hook (`compactor_run`), which sees the whole run, failed or not."""
 
     def __init__(self, store: ChunkStore, pipeline: str) -> None:
         self.store = store
         self.pipeline = pipeline
-        self.failed_step: str | None = None
 
-    def _track(self, stage: str, context: Context, run: Run) -> Generator[None, Any, Any]:
+    @hookimpl(wrapper=True)
+    def compactor_run(self, pipeline: Any, run: Run) -> Generator[None, Any, Any]:
+        started = time.perf_counter()
         try:
-            return (yield)
-        except BaseException:
-            self.failed_step = run.step.label if run.step is not None else stage
+            context = yield
+        except BaseException as exc:
+            self.finish(started, None, error=f"{type(exc).__name__}: {exc}", failed_step=run.failed_step)
             raise
+        self.finish(started, context)
+        return context
 
-    def finish(self, started: float, context: Context | None, error: str | None = None) -> None:
+    def finish(self, started: float, context: Context | None, error: str | None = None,
+               failed_step: str | None = None) -> None:
         """Write the record of the run that began at `started` (perf_counter) and ended with
-        `context` (None when it failed before producing one)."""
-        failed_step, self.failed_step = self.failed_step, None
+        `context` (None when it failed before producing one, in `failed_step` if in a step)."""
         record: dict[str, Any] = {"pipeline": self.pipeline, "time": time.time(),
                                   "seconds": round(time.perf_counter() - started, 6),
                                   "success": error is None, "error": error, "failed_step": failed_step,
                                   "tokens_in": None, "tokens_out": None, "ratio": None, "loss_level": None,
                                   "retention": None, "fallback": False}
         if context is not None:
-            tokens_in = int(context.meta.get("input_tokens", context.tokens) or 0)
+            tokens_in = int(context.input_tokens or 0)
             tokens_out = context.output_tokens
-            plans = context.meta.get("conversations") or {}
+            found = context.state.get(CompactionPlan)
+            plans = found.plans if found is not None else {}
             if plans and all(isinstance(p, Mapping) and "tokens" in p for p in plans.values()):
                 # a compacted history costs what its messages cost in a request (as its input was
                 # counted and its budget applies), not the tokens of the JSON text it is written as
                 tokens_out = sum(int(p["tokens"]) for p in plans.values())
-            loss = next((dict(r.details["validate.loss"]) for r in reversed(context.reports)
-                         if not r.skipped and "validate.loss" in r.details), {})
+            loss = context.state.get(LossReport)
             record.update(
                 tokens_in=tokens_in, tokens_out=tokens_out,
                 ratio=round(tokens_out / tokens_in, 4) if tokens_out is not None and tokens_in else None,
-                loss_level=loss.get("level"), retention=loss.get("retention"),
+                loss_level=loss.level if loss is not None else None,
+                retention=loss.get("retention") if loss is not None else None,
                 fallback=any(r.stage == "fallback" and not r.skipped and not r.details.get("declined")
                              and r.details.get("llm_accepted", 1) for r in context.reports))
         self.store.record_run(record)
-
-    @hookimpl(wrapper=True)
-    def compactor_clean(self, context: Context, run: Run) -> Generator[None, Any, Any]:
-        return (yield from self._track("clean", context, run))
-
-    @hookimpl(wrapper=True)
-    def compactor_chunk(self, context: Context, run: Run) -> Generator[None, Any, Any]:
-        return (yield from self._track("chunk", context, run))
-
-    @hookimpl(wrapper=True)
-    def compactor_classify(self, context: Context, run: Run) -> Generator[None, Any, Any]:
-        return (yield from self._track("classify", context, run))
-
-    @hookimpl(wrapper=True)
-    def compactor_score(self, context: Context, run: Run) -> Generator[None, Any, Any]:
-        return (yield from self._track("score", context, run))
-
-    @hookimpl(wrapper=True)
-    def compactor_compress(self, context: Context, run: Run) -> Generator[None, Any, Any]:
-        return (yield from self._track("compress", context, run))
-
-    @hookimpl(wrapper=True)
-    def compactor_validate(self, context: Context, run: Run) -> Generator[None, Any, Any]:
-        return (yield from self._track("validate", context, run))
-
-    @hookimpl(wrapper=True)
-    def compactor_fallback(self, context: Context, run: Run) -> Generator[None, Any, Any]:
-        return (yield from self._track("fallback", context, run))
-
-    @hookimpl(wrapper=True)
-    def compactor_render(self, context: Context, run: Run) -> Generator[None, Any, Any]:
-        return (yield from self._track("render", context, run))
 
 
 def anomalies(runs: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], str]]:

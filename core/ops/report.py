@@ -1,8 +1,8 @@
 """A visual compression report: one self-contained HTML file (no network when viewed).
 
 For each source, its text with the kept chunks highlighted and the dropped ones dimmed, each chunk's
-scores and labels on hover; the step table (tokens in and out, time); the loss report of
-`validate.loss`; a bar plot of tokens after each step (inline SVG). Large inputs stay responsive:
+scores and labels on hover; the step table (tokens in and out, time); the run's `LossReport`
+(from `validate.loss`); a bar plot of tokens after each step (inline SVG). Large inputs stay responsive:
 sources beyond the first few are collapsed, and a source's chunks are shown a page at a time.
 
     compactor-run qa notes.txt --query "..." --report report.html
@@ -17,6 +17,7 @@ from typing import Any
 
 from compactor.components import score_label
 from compactor.document import Chunk, Context, Source
+from compactor.state import LossReport, thaw
 
 #: Chunks per page of a source; sources opened when the report loads.
 PAGE = 200
@@ -139,12 +140,10 @@ def _plot_svg(context: Context) -> str:
 
 
 def _loss_html(context: Context) -> str:
-    loss: Mapping[str, Any] | None = None
-    for r in context.reports:
-        if not r.skipped and "validate.loss" in r.details:
-            loss = r.details["validate.loss"]
-    if loss is None:
-        return '<p class="muted" id="loss">No validate.loss step in this pipeline.</p>'
+    found = context.state.get(LossReport)
+    if found is None:
+        return '<p class="muted" id="loss">No loss validator (such as validate.loss) in this pipeline.</p>'
+    loss: Mapping[str, Any] = thaw(found.values)
     css = "ok" if loss.get("passed", True) else "bad"
     lost = loss.get("lost") or []
     listed = "".join(f"<li>{html.escape(str(item))}</li>" for item in list(lost)[:50])
@@ -163,7 +162,7 @@ def html_report(context: Context, title: str = "compactor report") -> str:
         by_source.setdefault(chunk.source_id, []).append(chunk)
     sources = "".join(_source_html(s, by_source.get(s.id, []), kept, n)
                       for n, s in enumerate(context.sources))
-    tokens_in = context.meta.get("input_tokens", context.tokens)
+    tokens_in = context.input_tokens
     summary = (f"{len(context.sources)} source(s), {len(context.chunks)} chunks, {len(kept)} kept · "
                f"{tokens_in} → {context.output_tokens} tokens · budget {context.resolved_budget()}"
                + (f" · query: {html.escape(context.query)}" if context.query else ""))

@@ -40,6 +40,7 @@ from compactor.plugins.compress.kinds import AGENT_KINDS, detect_kind, session_d
 from compactor.plugins.llm import fill, template_for
 from compactor.plugins.validate import loss_report
 from compactor.run import Run
+from compactor.state import BudgetShare, CompactionPlan, ConversationOptions
 from compactor.text.terms import terms
 from compactor.text.tokens import TokenCounter
 
@@ -87,7 +88,7 @@ class Draft:
 class EightSegment(Component):
     """Compacts agent histories into the 8 sections (+ Optional Next Step) and verbatim head/tail turns.
 
-    Run options in `context.meta["conversation_options"]` (what `compact_messages` and the CLI pass)
+    Run options in `context.state` (`ConversationOptions`) (what `compact_messages` and the CLI pass)
     override the parameters: keep_last, role, summary_role, llm, kind, focus, keep_files, compress_system.
 
     `kind` (auto: detected, `conversation_kinds.detect_kind`) picks the template: the eight sections
@@ -99,7 +100,7 @@ class EightSegment(Component):
     name = "compress.eight_segment"
     stage = "compress"
     requires = ("chunks",)
-    provides = ("segments",)
+    provides = ("segments", CompactionPlan, BudgetShare)
 
     def __init__(self, *, keep_last: int = 4, keep_first: bool = True, role: str | None = None,
                  summary_role: Literal["user", "system", "assistant"] = "user", next_step: bool = True,
@@ -143,8 +144,9 @@ class EightSegment(Component):
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
-        options = dict(context.meta.get("conversation_options") or {})
-        share = float(context.meta.get("budget_share", self.share))
+        options = dict(context.state.get(ConversationOptions, ConversationOptions()).values)
+        given = context.state.get(BudgetShare)
+        share = float(given.share if given is not None else self.share)
         budget = context.resolved_budget()
         options["budget_share"] = share  # applied in `compact`, to the room the system prompt leaves
         plans: dict[str, Any] = {}
@@ -164,9 +166,9 @@ class EightSegment(Component):
         run.note("conversations", {sid: {k: plan[k] for k in ("original_tokens", "tokens", "quality",
                                                                 "method", "unchanged", "kind")}
                                    for sid, plan in plans.items()})
-        return context.evolve(segments=tuple(segments),
-                              meta=frozen_mapping({**context.meta, "conversations": plans,
-                                                   "budget_share": share}))
+        return context.evolve(segments=tuple(segments), state=context.state.with_(
+            CompactionPlan(plans),
+            given.evolve(share=share) if given is not None else BudgetShare(share)))
 
     # -- one conversation ----------------------------------------------------------------------
 

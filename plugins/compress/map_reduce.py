@@ -123,7 +123,7 @@ class MapReduce(Component):
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
-        estimated = int(context.meta.get("input_tokens", context.tokens))
+        estimated = context.input_tokens
         threshold = self.threshold
         chunks = list(context.chunks)
         run.note("estimated_tokens", estimated)

@@ -10,9 +10,9 @@
   lose the link to chunks: its segment lists the chunks its sentences came from, but an LLM summary
   cites the whole batch.
 
-State between batches travels in the context: `facts`, `meta["checklist"]` (the shown fact ids)
-and `meta["checklist_budget"]` (A), `meta["kept_chunk_ids"]` and `meta["chunk_scores"]` (B),
-`meta["summary"]` (C); `compactor.ContextCompacter` loads and stores it. Sentences flagged by
+State between batches travels in the context: `facts`, and the typed `Knowledge` state: the
+shown fact ids (`checklist`) and `checklist_budget` (A), `kept_chunk_ids` and `chunk_scores` (B),
+the `summary` (C); `compactor.ContextCompacter` loads and stores it. Sentences flagged by
 `classify.injection` are quarantined (the rest of their chunk stays usable; the flagged chunks are
 listed in the step report) unless `quarantine: false`.
 """
@@ -30,6 +30,7 @@ from compactor.plugins.compress import facts as fx
 from compactor.plugins.compress.select import Kept, segments_for
 from compactor.plugins.llm import fill, template_for
 from compactor.run import Run
+from compactor.state import Knowledge
 from compactor.text.fidelity import invented_facts
 from compactor.text.sentences import detect_lang, split_sentences
 
@@ -56,7 +57,7 @@ def batch_budget(context: Context, share: float | None, floor: int = 0) -> int |
     still shows its best facts), within the context's budget."""
     limits = [context.resolved_budget()]
     if share is not None:
-        tokens = int(context.meta.get("input_tokens", context.tokens))
+        tokens = context.input_tokens
         limits.append(max(1, int(share * tokens), min(floor, tokens)))
     known = [x for x in limits if x is not None]
     return min(known) if known else None
@@ -66,9 +67,17 @@ def session_budget(context: Context, batch: int | None) -> int | None:
     """The session's checklist budget: the batch budgets so far, within the budget's `max_tokens`."""
     if batch is None:
         return context.budget.max_tokens
-    total = int(context.meta.get("checklist_budget") or 0) + batch
+    total = int(_knowledge(context).checklist_budget or 0) + batch
     cap = context.budget.max_tokens
     return total if cap is None else min(total, cap)
+
+
+def _knowledge(context: Context) -> Knowledge:
+    """What the session knows so far (empty on its first batch)."""
+    return context.state.get(Knowledge, _NO_KNOWLEDGE)
+
+
+_NO_KNOWLEDGE = Knowledge()
 
 
 def _titles(context: Context) -> dict[str, str]:
@@ -91,7 +100,7 @@ class FactCentric(Component):
     name = "compress.fact_centric"
     stage = "compress"
     requires = ("chunks",)
-    provides = ("facts", "segments")
+    provides = ("facts", "segments", Knowledge)
 
     def __init__(self, *, share: float | None = 0.1, min_tokens: int = 50, threshold: float = 0.3,
                  min_score: float = 0.1, max_facts: int | None = None, quarantine: bool = True,
@@ -112,7 +121,7 @@ class FactCentric(Component):
         budget = batch_budget(context, self.share, self.min_tokens)
         new = self._llm_facts(chunks, context, budget, run) if self.llm and chunks else None
         if new is None:
-            shown_before = set(context.meta.get("checklist") or (f.id for f in context.facts))
+            shown_before = set(_knowledge(context).checklist or (f.id for f in context.facts))
             anchors = [(f.text, f.score) for f in context.facts if f.id in shown_before]
             ranked = fx.scored_sentences(chunks, context.query, run.counter, titles=_titles(context),
                                          anchors=anchors)
@@ -138,9 +147,10 @@ class FactCentric(Component):
                           metadata=frozen_mapping({"fact_ids": [f.id for f in shown]}),
                           spans=tuple(span for f in shown if (span := working.get(f.text))
                                       and span[0] in here))
-        meta = {**context.meta, "checklist": [f.id for f in shown], "checklist_budget": limit}
+        knowledge = _knowledge(context).evolve(strategy="fact_centric", checklist=[f.id for f in shown],
+                                               checklist_budget=limit)
         return context.evolve(facts=tuple(facts), segments=(segment,) if shown else (),
-                              meta=frozen_mapping(meta))
+                              state=context.state.with_(knowledge))
 
     def _llm_facts(self, chunks: list[Chunk], context: Context, budget: int | None,
                    run: Run) -> list[Fact] | None:
@@ -186,7 +196,7 @@ class ChunkFiltering(Component):
     name = "compress.chunk_filtering"
     stage = "compress"
     requires = ("chunks",)
-    provides = ("segments",)
+    provides = ("segments", Knowledge)
 
     def __init__(self, *, share: float | None = None, threshold: float = 0.35, min_score: float = 0.1,
                  max_chunks: int | None = None, quarantine: bool = True) -> None:
@@ -217,9 +227,10 @@ class ChunkFiltering(Component):
                 continue
             kept.append(chunk)
             used += chunk.tokens
-        scores = {str(k): list(v) for k, v in dict(context.meta.get("chunk_scores") or {}).items()}
+        known = _knowledge(context)
+        scores = {str(k): list(v) for k, v in (known.chunk_scores or {}).items()}
         scores.update({c.id: [round(value[c.id], 4), c.tokens] for c in kept})
-        previous = list(context.meta.get("kept_chunk_ids", ()))
+        previous = list(known.kept_chunk_ids)
         found = list(dict.fromkeys([*previous, *(c.id for c in kept)]))
         session = session_budget(context, limit)
         fitted = _fit_ids(found, scores, session)
@@ -237,9 +248,9 @@ class ChunkFiltering(Component):
             kept.remove(min(kept, key=lambda c: value[c.id]))
             segments = segments_for(context, [Kept(c, c.start, c.end) for c in kept],
                                     quarantine=self.quarantine)
-        meta = {**context.meta, "kept_chunk_ids": ids, "checklist_budget": session,
-                "chunk_scores": {i: scores[i] for i in ids if i in scores}}
-        return context.evolve(segments=segments, meta=frozen_mapping(meta))
+        knowledge = known.evolve(strategy="chunk_filtering", kept_chunk_ids=ids, checklist_budget=session,
+                                 chunk_scores={i: scores[i] for i in ids if i in scores})
+        return context.evolve(segments=segments, state=context.state.with_(knowledge))
 
 
 def _fit_ids(ids: Sequence[str], scores: dict[str, list[float]], budget: int | None) -> set[str]:
@@ -267,7 +278,7 @@ class Summarization(Component):
     name = "compress.summarization"
     stage = "compress"
     requires = ("chunks",)
-    provides = ("segments",)
+    provides = ("segments", Knowledge)
 
     def __init__(self, *, max_tokens: int = 1500, llm: bool = False, prompt: DataPath | None = None,
                  quarantine: bool = True) -> None:
@@ -279,7 +290,8 @@ class Summarization(Component):
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
         context, chunks = usable(context, run, self.quarantine)
-        previous = str(context.meta.get("summary", ""))
+        known = _knowledge(context)
+        previous = known.summary
         limit = min(self.max_tokens, context.resolved_budget() or self.max_tokens)
         summary, sources = self._rules(previous, chunks, context.query, limit, run)
         method = "rules"
@@ -291,8 +303,8 @@ class Summarization(Component):
         run.note("summary_tokens", run.counter.count(summary))
         segment = Segment(id="summary", text=summary, title="Summary", chunk_ids=tuple(sources),
                           metadata=frozen_mapping({"method": method, "provenance": "partial"}))
-        return context.evolve(segments=(segment,) if summary else (),
-                              meta=frozen_mapping({**context.meta, "summary": summary}))
+        return context.evolve(segments=(segment,) if summary else (), state=context.state.with_(
+            known.evolve(strategy="summarization", summary=summary)))
 
     @staticmethod
     def _rules(previous: str, chunks: list[Chunk], query: str | None, limit: int,

@@ -10,9 +10,10 @@ from typing import Literal
 import regex
 
 from compactor.components import Component, has_score, score_value
-from compactor.document import Chunk, Context, Segment, Source, frozen_mapping
+from compactor.document import Chunk, Context, Segment, Source
 from compactor.hookspecs import hookimpl
 from compactor.run import Run
+from compactor.state import BudgetShare
 from compactor.text.relevance import index_terms
 from compactor.text.sentences import split_sentences
 from compactor.text.spans import safe_pieces
@@ -181,7 +182,7 @@ class SelectCompressor(Component):
     name = "compress.select"
     stage = "compress"
     requires = ("chunks",)
-    provides = ("segments",)
+    provides = ("segments", BudgetShare)
     _gap_tokens = 3  # GAP_MARK between kept spans that are not adjacent
 
     def __init__(self, *, order: Literal["score", "position"] = "score",
@@ -211,7 +212,8 @@ class SelectCompressor(Component):
         if limit is None:
             return context.evolve(segments=segments_for(
                 context, [Kept(c, c.start, c.end) for c in chunks]))
-        share = float(context.meta.get("budget_share", self.share))
+        given = context.state.get(BudgetShare)
+        share = float(given.share if given is not None else self.share)
         limit = max(1, int(limit * share))
         if self.order == "score" and any(has_score(c, "combined") for c in chunks):
             value = {c.id: score_value(c, "combined") for c in chunks}
@@ -246,8 +248,8 @@ class SelectCompressor(Component):
         run.note("decisions", {c.id: (f"kept (rank {rank[c.id] + 1})" if c.id in kept_ids else
                                       f"dropped (rank {rank[c.id] + 1}, no room left)")
                                for c in chunks})
-        return context.evolve(segments=segments,
-                              meta=frozen_mapping({**context.meta, "budget_share": share}))
+        return context.evolve(segments=segments, state=context.state.with_(
+            given.evolve(share=share) if given is not None else BudgetShare(share)))
 
     def _greedy(self, ranked: list[Chunk], kept: list[Kept], used: int, limit: int,
                 headings: dict[str, int], query_terms: frozenset[str], run: Run) -> int:

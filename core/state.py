@@ -1,0 +1,237 @@
+"""Typed state shared between steps, applications and operations (what `Context.meta` used to carry).
+
+Each kind of shared state is a small frozen dataclass, deeply frozen (lists become tuples, dicts
+read-only mappings, sets frozensets), held by type in `Context.state`::
+
+    knowledge = context.state.get(Knowledge)                # None when no step provided it
+    context = context.with_state(LossReport.of("validate.loss", report))
+
+A component declares the state it reads and writes as types (`requires = ("chunks", Knowledge)`,
+`provides = (LossReport,)`); the pipeline checks at load time that every required type is provided
+by an earlier step (or, for inputs an application passes in, read with `get` and a default).
+Applications and operations find a step by what it provides (`CompactionPlan`, `Knowledge`,
+`LossReport`), never by a component's name.
+
+Who provides what (built-ins):
+- the pipeline: `RunInputs` (input size, before the first step after cleaning) and `RenderInfo`;
+- a strategy step (`compress.fact_centric`, `chunk_filtering`, `summarization`): `Knowledge`;
+- a loss validator (`validate.loss`): `LossReport` (the pipeline builds it from the step's report);
+- the history compressor (`compress.eight_segment`): `CompactionPlan`;
+- budget-sharing compressors (`compress.select`, `compress.eight_segment`) and a validator's retry
+  request (`validate.ratio`): `BudgetShare`;
+- applications: `ConversationOptions`, `TranscriptOptions` (run options that override parameters).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+T = TypeVar("T", bound="StateItem")
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+_SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+def freeze(value: Any) -> Any:
+    """A deeply immutable copy of `value`: mappings become read-only mappings of frozen values,
+    lists and tuples tuples, sets frozensets; frozen dataclasses and scalars stay as they are."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict or isinstance(value, Mapping):
+        return MappingProxyType({k: v if type(v) in _SCALARS else freeze(v) for k, v in value.items()})
+    if kind is list or kind is tuple or isinstance(value, list | tuple):
+        return tuple(v if type(v) in _SCALARS else freeze(v) for v in value)
+    if isinstance(value, set | frozenset):
+        return frozenset(freeze(v) for v in value)
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """The plain (JSON-ready) copy of a frozen value: mappings become dicts, tuples lists."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple | list | frozenset | set):
+        return [thaw(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class StateItem:
+    """Base of every kind of shared state: a frozen dataclass whose fields are frozen deeply."""
+
+    def __post_init__(self) -> None:
+        names = _FIELDS.get(type(self))
+        if names is None:
+            names = _FIELDS[type(self)] = tuple(f.name for f in fields(self))
+        for name in names:
+            value = getattr(self, name)
+            if type(value) not in _SCALARS:
+                object.__setattr__(self, name, freeze(value))
+
+    def evolve(self: T, **changes: Any) -> T:
+        """A copy with some fields replaced."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class RunInputs(StateItem):
+    """What the run started from: the input's size in tokens (after cleaning), for ratio budgets."""
+
+    input_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class RenderInfo(StateItem):
+    """What the renderer said about its output: `budgeted` False when it may exceed the budget
+    (a full transcript file), so the pipeline does not hold it to the budget."""
+
+    budgeted: bool = True
+
+
+@dataclass(frozen=True)
+class BudgetShare(StateItem):
+    """The share of the budget a compressor used (a retry asks for another), and the attempts a
+    ratio controller made so far (each a mapping: share, tokens, level, retention)."""
+
+    share: float = 1.0
+    attempts: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Knowledge(StateItem):
+    """What a search strategy knows across batches (the facts themselves are `Context.facts`):
+    the shown checklist's fact ids and the session's checklist budget (fact_centric), the kept
+    chunk ids with their [score, tokens] (chunk_filtering), the rolling summary (summarization).
+    `strategy` names the kind of knowledge (the short name of the strategy that wrote it)."""
+
+    strategy: str | None = None
+    checklist: tuple[str, ...] | None = None
+    checklist_budget: int | None = None
+    kept_chunk_ids: tuple[str, ...] = ()
+    chunk_scores: Mapping[str, tuple[float, ...]] | None = None
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class LossReport(StateItem):
+    """What a loss validator measured: `level` (minimal, acceptable, moderate, severe), `retention`
+    in [0, 1], `passed`, and the whole report in `values` (categories, ...)."""
+
+    component: str = ""
+    level: str | None = None
+    retention: float | None = None
+    passed: bool | None = None
+    values: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+
+    @classmethod
+    def of(cls, component: str, report: Mapping[str, Any]) -> LossReport:
+        """The state for a validator's report."""
+        retention = report.get("retention")
+        passed = report.get("passed")
+        return cls(component, report.get("level"),
+                   float(retention) if isinstance(retention, int | float) else None,
+                   bool(passed) if passed is not None else None, report)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A key of the report (`retention`, `level`, `categories`, ...)."""
+        return self.values.get(key, default)
+
+
+@dataclass(frozen=True)
+class CompactionPlan(StateItem):
+    """How a history compressor compacted each conversation, by source id: which messages stay
+    verbatim (`head`, `tail`), which were `dropped`, the `summary` and its role, shortened
+    `system` messages, sizes and quality. `compact_messages` and the message renderer assemble the
+    output messages from it."""
+
+    plans: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: _EMPTY)
+
+    def for_source(self, source_id: str) -> Mapping[str, Any]:
+        """The plan of one conversation (empty when that source was not compacted)."""
+        return self.plans.get(source_id) or _EMPTY
+
+
+@dataclass(frozen=True)
+class ConversationOptions(StateItem):
+    """Run options for a history compressor (keep_last, role, summary_role, llm, kind, focus,
+    keep_files, compress_system) that override its parameters for one run."""
+
+    values: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+
+
+@dataclass(frozen=True)
+class TranscriptOptions(StateItem):
+    """Run options for the transcript organizer (max_length, unit, llm) that override its
+    parameters for one run."""
+
+    values: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+
+
+class State(Mapping[type, StateItem]):
+    """The typed, immutable state of a context: at most one item per type, looked up by type."""
+
+    __slots__ = ("_items",)
+    _items: Mapping[type, StateItem]
+
+    def __init__(self, items: Iterable[StateItem] = ()) -> None:
+        found: dict[type, StateItem] = {}
+        for item in items:
+            if not isinstance(item, StateItem):
+                raise TypeError(f"state items are StateItem dataclasses, got {type(item).__name__}")
+            found[type(item)] = item
+        object.__setattr__(self, "_items", MappingProxyType(found))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("State is immutable: use `with_` (or Context.with_state)")
+
+    def __getitem__(self, kind: type) -> StateItem:
+        return self._items[kind]
+
+    def __iter__(self) -> Iterator[type]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, kind: type[T], default: Any = None) -> Any:  # type: ignore[override]
+        """The item of type `kind`, or `default` when no step provided one."""
+        return self._items.get(kind, default)
+
+    def require(self, kind: type[T]) -> T:
+        """The item of type `kind`; KeyError naming the type when absent."""
+        item = self._items.get(kind)
+        if item is None:
+            raise KeyError(f"no {kind.__name__} in the context: no step provided it")
+        return item  # type: ignore[return-value]
+
+    def with_(self, *items: StateItem) -> State:
+        """A new state with `items` added (replacing items of the same types)."""
+        return State((*self._items.values(), *items))
+
+    def __repr__(self) -> str:
+        return f"State({', '.join(t.__name__ for t in self._items)})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, State) and dict(self._items) == dict(other._items)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._items))
+
+
+def state_name(item: Any) -> str:
+    """How errors name a `requires`/`provides` entry: a state type's class name, or the string."""
+    return item.__name__ if isinstance(item, type) else str(item)
+
+
+__all__ = ["BudgetShare", "CompactionPlan", "ConversationOptions", "Knowledge", "LossReport",
+           "RenderInfo", "RunInputs", "State", "StateItem", "TranscriptOptions", "freeze",
+           "state_name", "thaw"]
