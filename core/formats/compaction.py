@@ -132,7 +132,7 @@ def assemble(messages: Sequence[Message], plan: Mapping[str, Any], summary: str 
 
 
 def plan_dict(plan: Plan) -> dict[str, Any]:
-    """A plan as JSON-ready data (how it travels in `Context.meta`)."""
+    """A plan as JSON-ready data (what `compactor.state.CompactionPlan` carries, frozen)."""
     return {"head": list(plan.head), "tail": list(plan.tail), "dropped": list(plan.dropped),
             "summary_tokens": plan.summary_tokens, "original_tokens": plan.original_tokens,
             "unchanged": plan.unchanged, "notes": list(plan.notes)}

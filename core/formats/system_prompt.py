@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import regex
-import yaml
 
 from compactor.document import Chunk, Message, Source, chunk_id
 from compactor.errors import BudgetError
@@ -248,26 +247,11 @@ def _merged(rows: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
 
 @functools.lru_cache(maxsize=1)
 def system_pipeline() -> Pipeline:
-    """The qa pipeline for a trusted plain text: no HTML extraction (offsets stay the input's), no
-    injection cuts (the operator wrote these rules), whole sentences only, no loss report."""
-    from compactor.pipeline import Pipeline, pipeline_folder, read_pipeline_text
+    """The shipped `system-prompt` pipeline: qa's steps for a trusted plain text (no HTML extraction,
+    so offsets stay the input's; no injection cuts; whole sentences only; no loss report)."""
+    from compactor.pipeline import Pipeline
 
-    text, label = read_pipeline_text("qa")
-    data = yaml.safe_load(text)
-    steps = []
-    for step in data["steps"]:
-        use = step["use"]
-        if isinstance(use, list):
-            use = [u for u in use if u != "classify.injection"]
-            step["use"] = use[0] if len(use) == 1 else use
-        if use in ("clean.html", "validate.loss"):
-            continue
-        if use == "compress.select":
-            step["with"] = {**(step.get("with") or {}), "partial": False}
-        steps.append(step)
-    data.update(steps=steps, name="qa-system", output={"format": "text"})
-    return Pipeline.from_string(yaml.safe_dump(data, sort_keys=False, allow_unicode=True),
-                                file=f"{label} (system prompt)", folder=pipeline_folder(label))
+    return Pipeline.from_yaml("system-prompt")
 
 
 def _water_fill(costs: dict[int, int], allowance: int) -> dict[int, int]:
