@@ -9,6 +9,7 @@ A name whose value is missing at run time is null; comparing null with a number 
 from __future__ import annotations
 
 import ast
+import functools
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -153,7 +154,7 @@ def _eval(node: ast.expr, lookup: Callable[[str], Any]) -> Any:
         for op, right_node in zip(node.ops, node.comparators, strict=True):
             right = _eval(right_node, lookup)
             compare = _COMPARE[type(op)]
-            if not _safe(lambda a=left, b=right, f=compare: f(a, b)):
+            if not _safe(functools.partial(compare, left, right)):
                 return False
             left = right
         return True

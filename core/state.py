@@ -202,7 +202,7 @@ class State(Mapping[type, StateItem]):
     def __len__(self) -> int:
         return len(self._items)
 
-    def get(self, kind: type[T], default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, kind: type[T], default: Any = None) -> Any:
         """The item of type `kind`, or `default` when no step provided one."""
         return self._items.get(kind, default)
 

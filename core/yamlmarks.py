@@ -146,8 +146,8 @@ class _Walk:
                     )
                     continue
                 seen[key] = key_node.start_mark.line + 1
-                marks[(*path, key, _KEY)] = (key_node.start_mark.line + 1,
-                                             key_node.start_mark.column + 1)
+                where = (*path, key, _KEY)
+                marks[where] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
                 out[key] = self.build(value_node, (*path, key))
             return out
         if isinstance(node, yaml.SequenceNode):

@@ -64,8 +64,8 @@ def _compile(pattern: str, english: bool) -> regex.Pattern[str]:
 def load_tables(path: str | None = None) -> Tables:
     """Read and compile a pattern table file (the shipped one when `path` is None)."""
     if path is None:
-        text = importlib.resources.files("compactor.plugins").joinpath(
-            "data", "classify.yaml").read_text(encoding="utf-8")
+        text = (importlib.resources.files("compactor.plugins") / "data" / "classify.yaml").read_text(
+            encoding="utf-8")
     else:
         text = Path(path).read_text(encoding="utf-8")
     data: Mapping[str, Any] = yaml.safe_load(text)
@@ -205,8 +205,8 @@ def load_rules(path: str | None = None) -> tuple[tuple[str, float, regex.Pattern
     """(name, weight, pattern) per rule and language, from the shipped table or a file of that shape.
     Folded YAML joins pattern lines with spaces, so whitespace in patterns is removed."""
     if path is None:
-        text = importlib.resources.files("compactor.plugins").joinpath(
-            "data", "injection.yaml").read_text(encoding="utf-8")
+        text = (importlib.resources.files("compactor.plugins") / "data" / "injection.yaml").read_text(
+            encoding="utf-8")
     else:
         text = Path(path).read_text(encoding="utf-8")
     rules = []
@@ -289,7 +289,7 @@ def clean_parts(chunk: Chunk, run: Run) -> list[Chunk]:
     `<chunk id>.<n>`, text `source.text[start:end]`, the chunk's scores, labelled `part_of`). No
     parts for a chunk flagged without spans: it is quarantined whole."""
     finding = chunk.labels.get("injection")
-    spans = finding.get("spans") if hasattr(finding, "get") else None
+    spans = finding.get("spans") if finding is not None and hasattr(finding, "get") else None
     if not spans:
         return []
     pieces: list[tuple[int, int]] = []

@@ -28,12 +28,14 @@ _LOOKS_HTML = regex.compile(r"<(?:html|body|div|p|article|head|span|table|br)\b"
 _CLUSTER = regex.compile(r"\X")
 
 Form = Literal["NFC", "NFKC", "none"]
+_UNICODE_FORMS: dict[str, Literal["NFC", "NFKC"]] = {"NFC": "NFC", "NFKC": "NFKC"}
 
 
-def _unicode_form(text: str, form: str) -> tuple[str, Edits | None]:
+def _unicode_form(text: str, name: str) -> tuple[str, Edits | None]:
     """`form` applied per grapheme cluster, only on lines that need it (NFC is a no-op on almost
     every line), so each change is recorded where it happens."""
-    if form == "none" or unicodedata.is_normalized(form, text):
+    form = _UNICODE_FORMS.get(name)
+    if form is None or unicodedata.is_normalized(form, text):
         return text, None
     rewriter = Rewriter(text)
     done = line_start = 0
@@ -236,13 +238,13 @@ class DedupeCleaner(Component):
         for source, paragraphs in zip(context.sources, parsed, strict=True):
             kept: list[tuple[int, int]] = []
             dropped = False
-            for span, key, shingles in paragraphs:
-                if key is not None:
-                    if key in exact:
+            for span, text_key, shingles in paragraphs:
+                if text_key is not None:
+                    if text_key in exact:
                         dropped_exact += 1
                         dropped = True
                         continue
-                    exact.add(key)
+                    exact.add(text_key)
                     if self.near and index.add_unless_near(shingles):
                         dropped_near += 1
                         dropped = True

@@ -107,13 +107,16 @@ class LLMFallback(Component):
     def compactor_fallback(self, context: Context, run: Run) -> Context | None:
         why_not = self._policy_says_no(context, run)
         if why_not:
-            return self._decline(run, why_not)
+            self._decline(run, why_not)
+            return None
         settings = LLMSettings.from_mapping(run.settings.get("llm") or {})
         if not settings.configured:
-            return self._decline(run, "no LLM configured")
+            self._decline(run, "no LLM configured")
+            return None
         chunks = self._input_chunks(context, run)
         if not chunks:
-            return self._decline(run, f"no chunk fits max_input_tokens={self.max_input_tokens}")
+            self._decline(run, f"no chunk fits max_input_tokens={self.max_input_tokens}")
+            return None
         content = "\n\n".join(f"[{c.id}] {c.text.strip()}" for c in chunks)
         allowance = context.resolved_budget() or settings.max_tokens
         lang = self._lang(chunks)

@@ -8,7 +8,8 @@ with the answer costs a lot. Without scores every item weighs the same.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from compactor.components import Component, score_value
@@ -28,7 +29,7 @@ def _weights(chunks: Iterable[Chunk]) -> dict[str, float]:
     return {c.id: score_value(c, "combined", 1.0) for c in chunks}
 
 
-def _category(items_by_chunk: dict[str, set[str]], weight: dict[str, float],
+def _category(items_by_chunk: Mapping[str, AbstractSet[str]], weight: dict[str, float],
               present: Callable[[str], bool]) -> dict[str, Any]:
     best: dict[str, float] = {}
     for cid, items in items_by_chunk.items():

@@ -100,7 +100,7 @@ def _strategy_of(pipeline: Pipeline) -> str:
 
 def fact_to_dict(fact: Fact) -> dict[str, Any]:
     """A fact as JSON-ready data (how the knowledge base stores it)."""
-    data = {"id": fact.id, "text": fact.text, "chunk_ids": list(fact.chunk_ids),
+    data: dict[str, Any] = {"id": fact.id, "text": fact.text, "chunk_ids": list(fact.chunk_ids),
             "source_url": fact.source_url, "score": fact.score}
     if fact.span is not None:
         data["span"] = list(fact.span)
@@ -220,7 +220,7 @@ class ContextCompacter:
         if stored is not None and stored != self.strategy:  # another process started the session
             raise InputError(f"session {self.session!r} was built with strategy {stored!r}, "
                              f"not {self.strategy!r}")
-        known = Knowledge(strategy=self.strategy, kept_chunk_ids=self.chunk_ids, summary=self.summary,
+        known = Knowledge(strategy=self.strategy, kept_chunk_ids=tuple(self.chunk_ids), summary=self.summary,
                           **{k: self.store.knowledge(self.session, k) for k in _STATE
                              if self.store.knowledge(self.session, k) is not None})
         context = Context(sources=tuple(sources), facts=tuple(self.facts), query=query, budget=budget,

@@ -35,7 +35,7 @@ DEFAULT_SESSION = "conversation"
 SUMMARY_ROLES = ("user", "system", "assistant")
 
 
-class CompactedMessages(list):  # type: ignore[type-arg]
+class CompactedMessages(list[dict[str, Any]]):
     """The compacted message list (a plain `list` of dicts, JSON-ready) with what it came from:
     `store` and `session` for `expand`, `report` (tokens, plan, quality), `summary` text."""
 

@@ -68,7 +68,9 @@ def tool_call_parts(call: Any) -> tuple[str | None, str | None, dict[str, Any]]:
     """(id, function name, arguments) of a tool call given as a dict or an SDK object. Raises
     InputError when the arguments are not a JSON object."""
     data = call.model_dump() if hasattr(call, "model_dump") else dict(call)
-    function = data.get("function") if isinstance(data.get("function"), dict) else {}
+    function = data.get("function")
+    if not isinstance(function, dict):
+        function = {}
     raw = function.get("arguments")
     if isinstance(raw, dict):
         return data.get("id"), function.get("name"), raw

@@ -433,8 +433,8 @@ def _colour(value: str) -> Rgba | str | None:
         if m.group(1).startswith("rgb"):
             scale = [255.0 if parts[i].endswith("%") else 1.0 for i in range(3)]
             return (nums[0] * scale[0], nums[1] * scale[1], nums[2] * scale[2], alpha)
-        r, g, b = colorsys.hls_to_rgb((nums[0] % 360) / 360, nums[2], nums[1])
-        return (r * 255, g * 255, b * 255, alpha)
+        red, green, blue = colorsys.hls_to_rgb((nums[0] % 360) / 360, nums[2], nums[1])
+        return (red * 255, green * 255, blue * 255, alpha)
     first = value.split()[0] if value else ""
     named = _NAMED.get(first)
     return (*named, 1.0) if named else None
@@ -570,9 +570,9 @@ class StyleSheet:
         if not found:
             return {}
         winners: dict[str, tuple[tuple[bool, tuple[int, int, int, int], int], str]] = {}
-        for spec, order, decls in found:
+        for specificity, order, decls in found:
             for prop, (value, important) in decls.items():
-                rank = (important, spec, order)
+                rank = (important, specificity, order)
                 if prop not in winners or rank >= winners[prop][0]:
                     winners[prop] = (rank, value)
         return {prop: value for prop, (_, value) in winners.items()}
@@ -1188,7 +1188,8 @@ def _run(
             if not _inside(node, selected):
                 extra.append(node)
     wrapper = _Node("#wrap", {}, None)
-    for children in (list(selected), extra):
+    groups: tuple[list[_Node | str], ...] = (list(selected), extra)
+    for children in groups:
         wrapper.children = children
         emitter.walk(wrapper, "paragraph")
         emitter.flush("paragraph")

@@ -174,7 +174,9 @@ def calls(message: Message) -> tuple[ToolCall, ...]:
     found: list[ToolCall] = []
     for call in message.tool_calls:
         if isinstance(call, Mapping):
-            function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+            function = call.get("function")
+            if not isinstance(function, Mapping):
+                function = {}
             found.append(ToolCall(_str(call.get("id")), str(function.get("name") or call.get("name") or "?"),
                                   _arguments(function.get("arguments", call.get("arguments")))))
     legacy = message.raw.get("function_call") if message.raw else None

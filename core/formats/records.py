@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 
 import regex
 
-from compactor.document import Source, TranscriptSegment
+from compactor.document import Source, SourceKind, TranscriptSegment
 from compactor.errors import InputError
 from compactor.formats.messages import conversation_source, parse_message
 from compactor.formats.transcripts import segment_from, transcript_source
@@ -162,7 +162,7 @@ def _from_records(records: list[tuple[int, Any]], name: str) -> list[Source]:
                              "(and usually `url`)")
         content = record["content"]
         url = record.get("url")
-        kind = "web_page" if url or _HTML_SNIFF.match(content[:2048]) else "text"
+        kind: SourceKind = "web_page" if url or _HTML_SNIFF.match(content[:2048]) else "text"
         sources.append(Source.from_text(content, kind=kind, uri=url, title=record.get("title"),
                                         metadata={k: v for k, v in record.items()
                                                   if k not in ("content", "url", "title")}))

@@ -203,7 +203,7 @@ def excerpt(text: str, query: str | None, allowance: int, counter: TokenCounter
         if not kept or counter.count(body) <= allowance:
             return body, spans
         kept.discard(max((j for j in kept if j in rank), key=rank.__getitem__, default=-1))
-        titled = {pieces[j].heading.index for j in kept if pieces[j].heading is not None}
+        titled = {heading.index for j in kept if (heading := pieces[j].heading) is not None}
         kept = {j for j in kept if not pieces[j].title or j in titled}
 
 

@@ -51,7 +51,7 @@ class BatchStats:
 
 def document_sources(record: Mapping[str, Any], where: str) -> list[Any]:
     """The sources of one corpus record."""
-    from compactor.document import Source
+    from compactor.document import Source, SourceKind
     from compactor.formats.messages import conversation_source, read_messages
     from compactor.formats.transcripts import read_results
 
@@ -61,7 +61,9 @@ def document_sources(record: Mapping[str, Any], where: str) -> list[Any]:
     if isinstance(record.get("segments"), list):
         return read_results({"filename": record.get("filename") or record.get("id"),
                              "segments": record["segments"]}, where)
-    for key, kind in (("html", "web_page"), ("content", None), ("text", "text")):
+    readers: tuple[tuple[str, SourceKind | None], ...] = (("html", "web_page"), ("content", None),
+                                                        ("text", "text"))
+    for key, kind in readers:
         value = record.get(key)
         if isinstance(value, str):
             if not value.strip():

@@ -12,7 +12,7 @@ import os
 import sys
 import tempfile
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -358,7 +358,7 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def _progress_printer(stream: TextIO):  # type: ignore[no-untyped-def]
+def _progress_printer(stream: TextIO) -> Callable[[int, int, str], None]:
     def show(done: int, total: int, label: str) -> None:
         width = 24
         filled = int(width * done / max(total, 1))

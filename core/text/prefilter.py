@@ -369,5 +369,5 @@ class Prefilter:
                     continue
             if lowered and lower is None:
                 lower = text.lower()
-            found |= scan.find(lower if lowered else text)
+            found |= scan.find(lower if lowered and lower is not None else text)
         return found

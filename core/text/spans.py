@@ -13,6 +13,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 from itertools import accumulate
+from typing import cast
 
 import regex
 
@@ -101,7 +102,7 @@ def token_table(enc: object) -> Sequence[bytes]:
             built[rank] = token_bytes
         table = built
     else:  # the approximate encoding keeps its own growing list
-        table = getattr(enc, "_pieces", None) or _DecodingTable(enc)
+        table = getattr(enc, "_pieces", None) or cast(Sequence[bytes], _DecodingTable(enc))
     _TABLES[id(enc)] = (enc, table)
     return table
 

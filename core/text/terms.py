@@ -72,8 +72,8 @@ LIST_ITEM = regex.compile(r"(?m)^\s*(?:[-*+•]|\d+[.)])\s+\S")
 
 @functools.cache
 def _stopwords(lang: str) -> frozenset[str]:
-    text = importlib.resources.files("compactor.text").joinpath(
-        "data", f"stopwords_{lang}.txt").read_text(encoding="utf-8")
+    resource = importlib.resources.files("compactor.text") / "data" / f"stopwords_{lang}.txt"
+    text = resource.read_text(encoding="utf-8")
     words = []
     for line in text.splitlines():
         if not line.startswith("#"):

@@ -303,7 +303,7 @@ def render(history: hx.History, chosen: Sequence[Piece], people: Sequence[str], 
     for key, _, _ in PEOPLE_SECTIONS:
         if key == "people" or key not in by_section:
             continue
-        lines = []
+        lines: list[str] = []
         for index in sorted(by_section[key]):
             if any(p.carried for p in by_section[key][index]):
                 lines.extend(f"- {p.text}" for p in sorted(by_section[key][index], key=lambda p: p.order))

@@ -132,7 +132,8 @@ class EightSegment(Component):
             problems.append("keep_last must be 0 or more")
         if not isinstance(params["snippet_lines"], int) or params["snippet_lines"] < 0:
             problems.append("snippet_lines must be 0 or more")
-        if not isinstance(params.get("keep_files", 0), int) or params.get("keep_files", 0) < 0:
+        keep_files = params.get("keep_files", 0)
+        if not isinstance(keep_files, int) or keep_files < 0:
             problems.append("keep_files must be 0 or more")
         files_share = params.get("files_share", 0.35)
         if not isinstance(files_share, int | float) or not 0 < files_share < 1:
@@ -203,8 +204,8 @@ class EightSegment(Component):
             if kind == "auto":
                 kind = detect_kind(history)
         people = kind not in AGENT_KINDS and kind != "auto"
-        plan = plan_compaction(messages, costs, limit, **settings,
-                               **({"tail_share": PEOPLE_TAIL_SHARE} if people else {}))
+        first: dict[str, Any] = {**settings, "tail_share": PEOPLE_TAIL_SHARE} if people else settings
+        plan = plan_compaction(messages, costs, limit, **first)
         saved = sum(before - after for before, after in (system.get("system_tokens") or {}).values())
         if saved:  # the original's size is what the history cost before its system prompt was cut
             plan = dataclasses.replace(plan, original_tokens=plan.original_tokens + saved)
@@ -598,23 +599,23 @@ class _Allocation:
                 if it.inline:
                     self.shows[key, j, False] = self.shows[key, j, True] = (hx.value_key(it.text),)
                     continue
-                for short in (False, True) if it.short else (False,):
-                    text = (it.short if short else it.text) or ""
+                for is_short in (False, True) if it.short else (False,):
+                    text = (it.short if is_short else it.text) or ""
                     lowered = text.lower()
                     words = set(hx.WORD_RUN.findall(text))
                     keys = set(map(hx.value_key, words))
-                    self.shows[key, j, short] = tuple(sorted((keys & single).union(
+                    self.shows[key, j, is_short] = tuple(sorted((keys & single).union(
                         v for v, runs in spans if runs <= keys
                         and hx.contains_value(lowered if v.islower() else text, words, v))))
-                    self.said[key, j, short] = max(1, sum(1 for w in keys if len(w) > 2 and not (
+                    self.said[key, j, is_short] = max(1, sum(1 for w in keys if len(w) > 2 and not (
                         w[0] == "m" and w[1:].isdigit())))  # a citation `m12` is no word of the line
         self.order = {key: rank for rank, key in enumerate(pools)}
         self.own: dict[tuple[str, int, bool], float] = {}  # a line's own value, short or full
         for key, items in pools.items():
             for j, it in enumerate(items):
-                for short in (False, True) if it.short else (False,):
-                    self.own[key, j, short] = 0.0 if it.inline else WEIGHTS.get(key, 0.1) * it.priority * (
-                        min(1.0, self.said[key, j, True] / self.said[key, j, False]) if short else 1.0)
+                for is_short in (False, True) if it.short else (False,):
+                    self.own[key, j, is_short] = 0.0 if it.inline else WEIGHTS.get(key, 0.1) * it.priority * (
+                        min(1.0, self.said[key, j, True] / self.said[key, j, False]) if is_short else 1.0)
 
     def gain(self, key: str, j: int, short: bool, covered: set[str], opened: set[str]) -> float:
         """Value per token of an option, given the values already shown and the sections begun."""

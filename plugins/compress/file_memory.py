@@ -92,9 +92,10 @@ def render_views(views: Sequence[FileView], room: int, counter: TokenCounter) ->
             block = f"{title}\n{fence}\n{body}\n{fence}"
             cost = counter.count(_indent(block)) + 1
             if spent + cost > room:
-                block = _cut(title, body, fence, room - spent - 1, counter)
-                if block is None:
+                shorter = _cut(title, body, fence, room - spent - 1, counter)
+                if shorter is None:
                     break
+                block = shorter
                 cost = counter.count(_indent(block)) + 1
             lines_out.append(block)
             spent += cost

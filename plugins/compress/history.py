@@ -17,6 +17,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import regex
 
@@ -207,8 +208,8 @@ class History:
         message = self.messages[i]
         kind = self.kinds[i]
         text = message.content
-        for match in _OPEN_FILE.finditer(text[-600:] if kind == "output" else ""):
-            self.open_file = _clean_path(match.group(1) or match.group(2))
+        for opened in _OPEN_FILE.finditer(text[-600:] if kind == "output" else ""):
+            self.open_file = _clean_path(opened.group(1) or opened.group(2))
         if kind == "output":
             self._observe(i)
             return
@@ -371,7 +372,7 @@ def first_error_line(text: str) -> regex.Match[str] | None:
             return _ERROR_LINE.search(text, start)
         # "error\n  :" matches too: the window reaches the first character after the line's end
         # and the whitespace that follows it
-        found = _ERROR_LINE.search(text, start, min(len(text), _SPACE_RUN.match(text, end).end() + 1))
+        found = _ERROR_LINE.search(text, start, min(len(text), _after_spaces(text, end) + 1))
         if found is not None:
             return found
         for word, where in list(upcoming.items()):
@@ -552,10 +553,10 @@ def file_items(history: History, dropped: Sequence[int], snippet_lines: int = 12
     for path, count in reads.items():
         merged_reads[canonical[path]] += count
     merged_snippets: dict[str, tuple[int, str]] = {}
-    for path, (where, snippet) in snippets.items():
+    for path, (position, excerpt) in snippets.items():
         key = canonical[path]
-        if key not in merged_snippets or merged_snippets[key][0] < where:
-            merged_snippets[key] = (where, snippet)
+        if key not in merged_snippets or merged_snippets[key][0] < position:
+            merged_snippets[key] = (position, excerpt)
     n = max(1, len(history.messages))
     earliest: dict[str, int] = {}
     for spelling, path in canonical.items():
@@ -579,11 +580,11 @@ def file_items(history: History, dropped: Sequence[int], snippet_lines: int = 12
         priority = (3.0 + min(len(edited), 5) * 0.3 + max(edited) / n) if edited else (
             0.6 + min(count + 2 * read, 20) / 20)
         cites = tuple(edited[-4:]) or (seen,)
-        snippet = merged_snippets.get(path)
-        if snippet is not None:
-            body = "\n".join(snippet[1].strip("\n").splitlines()[:snippet_lines])
+        latest = merged_snippets.get(path)
+        if latest is not None:
+            body = "\n".join(latest[1].strip("\n").splitlines()[:snippet_lines])
             fence = "````" if "```" in body else "```"
-            full = f"{line} (latest, m{snippet[0]}):\n{fence}\n{body}\n{fence}"
+            full = f"{line} (latest, m{latest[0]}):\n{fence}\n{body}\n{fence}"
             items.append(Item(full, cites, priority, max(edited) if edited else seen, short=line))
         else:
             items.append(Item(line, cites, priority, max(edited) if edited else seen))
@@ -825,7 +826,7 @@ def identifier_scores(history: History, dropped: Sequence[int]) -> list[tuple[st
     bare number or a plain word means little without its label."""
     cache_key = ("identifiers", tuple(dropped))
     if cache_key in history.cache:
-        return history.cache[cache_key]  # type: ignore[no-any-return]
+        return cast("list[tuple[str, str, float, int, tuple[int, ...]]]", history.cache[cache_key])
     parts = [(i, part) for i in dropped if history.kinds[i] not in ("system", "summary")
              for part in _message_values(history, i)]  # a summary's identifiers come back as carried lines
     structured = {v.lower() for _, (_, found, _, is_json) in parts if is_json for v in found}
@@ -865,7 +866,7 @@ def _message_values(history: History, i: int) -> list[tuple[str, dict[str, str],
     value -> place in a JSON document, the text when it is prose, whether it is JSON) per part."""
     cache_key = ("values", i)
     if cache_key in history.cache:
-        return history.cache[cache_key]  # type: ignore[no-any-return]
+        return cast("list[tuple[str, dict[str, str], str, bool]]", history.cache[cache_key])
     kind = history.kinds[i]
     content = history.messages[i].content
     if kind == "output" and len(content) > 4000:  # long tool output: its head and tail matter most
@@ -1018,3 +1019,9 @@ def carried_items(history: History, dropped: Sequence[int], titles: dict[str, st
                     carried[key].append(Item(piece, (i,), 0.8 + i / n - rank * 0.01, i, inline=inline,
                                              short=lead(piece, 160) if not inline else None))
     return carried
+
+
+def _after_spaces(text: str, end: int) -> int:
+    """Where the run of spaces starting at `end` stops."""
+    found = _SPACE_RUN.match(text, end)
+    return found.end() if found is not None else end

@@ -11,6 +11,7 @@ within the budget.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 
 from compactor.components import Component
@@ -93,7 +94,7 @@ class TopicCompressor(Component):
                 found = fx.rule_facts(members, None, run.counter, urls, max_facts=self.max_facts,
                                       min_score=self.min_score)
             located = {c.id: c for c in members}
-            found.sort(key=lambda f, at=located: _position(f, at, order))
+            found.sort(key=functools.partial(_position, chunks=located, order=order))
             working = {f.id: f.span for f in found if f.span}  # working-text spans, for the segment
             for fact in fx.with_input_spans(found, context.sources):  # facts keep input offsets
                 all_facts.setdefault(fact.id, fact)
