@@ -1,0 +1,53 @@
+"""Every built-in component's YAML cases (tests/cases/components), and the runner itself."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from compactor.plugins import BUILTIN_COMPONENTS
+from compactor.testing import CaseError, CaseFailure, load_cases, parametrize, run_case
+
+CASES = pathlib.Path(__file__).parent / "cases" / "components"
+
+
+@parametrize(CASES)
+def test_component_case(case):
+    run_case(case)
+
+
+@pytest.mark.xfail(reason="case files are being added", strict=False)
+def test_every_builtin_component_has_cases():
+    by_component: dict[str, int] = {}
+    for case in load_cases(CASES):
+        by_component[case.component] = by_component.get(case.component, 0) + 1
+    missing = [c.name for c in BUILTIN_COMPONENTS if by_component.get(c.name, 0) < 2]
+    assert not missing, f"components with fewer than 2 cases: {missing}"
+
+
+def test_failure_names_file_case_and_line(tmp_path):
+    file = tmp_path / "score.relevance.yaml"
+    file.write_text("component: score.relevance\ncases:\n  - id: wrong\n    text: Databases store rows.\n"
+                    "    expect:\n      output_contains:\n        - nowhere\n", encoding="utf-8")
+    (case,) = load_cases(file)
+    with pytest.raises(CaseFailure) as info:
+        run_case(case)
+    message = str(info.value)
+    assert f"{file}:7" in message and "'wrong'" in message and "nowhere" in message
+
+
+def test_typo_in_case_file_is_a_clear_error(tmp_path):
+    file = tmp_path / "typo.yaml"
+    file.write_text("component: score.relevance\ncases:\n  - id: a\n    text: x\n    expect:\n"
+                    "      output_contain: [x]\n", encoding="utf-8")
+    with pytest.raises(CaseError, match=r"typo.yaml:6: case 'a': unknown key 'output_contain'"):
+        load_cases(file)
+
+
+def test_unexpected_success_of_an_error_case_fails(tmp_path):
+    file = tmp_path / "c.yaml"
+    file.write_text("component: score.relevance\ncases:\n  - id: ok\n    text: x\n    expect:\n"
+                    "      raises: {error: ConfigError}\n", encoding="utf-8")
+    with pytest.raises(CaseFailure, match="the run succeeded"):
+        run_case(load_cases(file)[0])
