@@ -13,7 +13,9 @@ Case file format::
     after: [{use: compress.select}]                     # optional steps run after it
     cases:
       - id: relevant_kept_en
-        text: "The cat sat. Databases store rows in tables."   # or texts: [..., ...]
+        text: "The cat sat. Databases store rows in tables."
+        # or texts: [a, b]; messages: [{role, content}]; segments: [{start, end, text}];
+        # sources: [{text, kind: web_page, uri, title}]
         query: database tables        # optional
         budget: 12                    # optional max tokens
         params: {passage_weight: 0.5} # the component's `with:`
@@ -23,6 +25,7 @@ Case file format::
           output_contains: [Databases]      # also: output_not_contains
           kept_contains: [Databases]        # text kept in the output (alias of output_contains)
           dropped_contains: [cat sat]       # text missing from the output
+          output_counts: {Databases: 1}     # occurrences in the output
           max_tokens: 12                    # output tokens at most
           chunk_count: {min: 2, max: 5}     # chunks after the run
           scores_order: [[Databases, cat]]  # the chunk holding A scores above the one holding B
@@ -56,10 +59,10 @@ from compactor.yamlmarks import Path, load_marked
 
 __all__ = ["Case", "CaseError", "CaseFailure", "load_cases", "parametrize", "run_case"]
 
-_CASE_KEYS = {"id", "text", "texts", "query", "budget", "params", "before", "after", "expect",
-              "output_format"}
+_CASE_KEYS = {"id", "text", "texts", "messages", "segments", "sources", "query", "budget", "params",
+              "before", "after", "expect", "output_format"}
 _FILE_KEYS = {"component", "plugins", "before", "after", "cases"}
-_EXPECT_KEYS = {"output_contains", "output_not_contains", "kept_contains", "dropped_contains",
+_EXPECT_KEYS = {"output_counts", "output_contains", "output_not_contains", "kept_contains", "dropped_contains",
                 "max_tokens", "chunk_count", "scores_order", "labels", "raises"}
 
 _CHUNK = {"use": "chunk.sentences", "with": {"size": 40, "pack": False}}
@@ -201,6 +204,26 @@ def _score(chunk: Any, component: str) -> float:
     return float(sum(scores.values()))
 
 
+def _inputs(data: dict[str, Any]) -> Any:
+    """`text`, `texts`, `messages` (one conversation), `segments` (one transcript) or `sources`
+    (each `{text, kind, uri, title}`) as the pipeline's inputs."""
+    from compactor.document import Message, Source, TranscriptSegment
+
+    if data.get("messages"):
+        from compactor.formats.messages import conversation_source
+
+        return conversation_source([Message(**m) for m in data["messages"]])
+    if data.get("segments"):
+        from compactor.formats.transcripts import transcript_source
+
+        return transcript_source([TranscriptSegment(index=i, **s)
+                                  for i, s in enumerate(data["segments"])], "case")
+    if data.get("sources"):
+        return [Source.from_text(s["text"], kind=s.get("kind", "text"), uri=s.get("uri"),
+                                 title=s.get("title")) for s in data["sources"]]
+    return data.get("texts") or data.get("text", "")
+
+
 def run_case(case: Case) -> Any:
     """Build the case's pipeline through the YAML loader, run it and check its expectations.
 
@@ -210,7 +233,7 @@ def run_case(case: Case) -> Any:
     expect = case.data.get("expect") or {}
     raises = expect.get("raises")
     text = pipeline_text(case)
-    inputs = case.data.get("texts") or case.data.get("text", "")
+    inputs = _inputs(case.data)
     try:
         pipeline = Pipeline.from_string(text, file=f"{case.file}#{case.id}", plugins=case.plugins)
         context = pipeline.run(inputs, query=case.data.get("query"), budget=case.data.get("budget"),
@@ -243,6 +266,10 @@ def _check(case: Case, expect: dict[str, Any], context: Any) -> None:
                 verb = "lacks" if present else "still contains"
                 raise CaseFailure(f"{case.where('expect', key, i)}: output {verb} {fragment!r}; "
                                   f"output was {output[:300]!r}")
+    for fragment, count in (expect.get("output_counts") or {}).items():
+        if output.count(fragment) != count:
+            raise CaseFailure(f"{case.where('expect', 'output_counts', fragment)}: {fragment!r} "
+                              f"occurs {output.count(fragment)} times, expected {count}")
     if "max_tokens" in expect:
         tokens = context.output_tokens
         if tokens is None:
