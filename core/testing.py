@@ -26,6 +26,7 @@ Case file format::
           kept_contains: [Databases]        # text kept in the output (alias of output_contains)
           dropped_contains: [cat sat]       # text missing from the output
           output_counts: {Databases: 1}     # occurrences in the output
+          report: {kept_chunks: 1}          # the component's step report (dotted keys)
           max_tokens: 12                    # output tokens at most
           chunk_count: {min: 2, max: 5}     # chunks after the run
           scores_order: [[Databases, cat]]  # the chunk holding A scores above the one holding B
@@ -62,8 +63,8 @@ __all__ = ["Case", "CaseError", "CaseFailure", "load_cases", "parametrize", "run
 _CASE_KEYS = {"id", "text", "texts", "messages", "segments", "sources", "query", "budget", "params",
               "before", "after", "expect", "output_format"}
 _FILE_KEYS = {"component", "plugins", "before", "after", "cases"}
-_EXPECT_KEYS = {"output_counts", "output_contains", "output_not_contains", "kept_contains", "dropped_contains",
-                "max_tokens", "chunk_count", "scores_order", "labels", "raises"}
+_EXPECT_KEYS = {"report", "output_counts", "output_contains", "output_not_contains", "kept_contains",
+                "dropped_contains", "max_tokens", "chunk_count", "scores_order", "labels", "raises"}
 
 _CHUNK = {"use": "chunk.sentences", "with": {"size": 40, "pack": False}}
 _SCORE = {"use": "score.relevance"}
@@ -224,6 +225,14 @@ def _inputs(data: dict[str, Any]) -> Any:
     return data.get("texts") or data.get("text", "")
 
 
+def _budget(data: dict[str, Any]) -> Any:
+    """`budget: 300` (max tokens) or `budget: {max_tokens: 300, ratio: 0.2}`."""
+    from compactor.document import Budget
+
+    budget = data.get("budget")
+    return Budget(**budget) if isinstance(budget, dict) else budget
+
+
 def run_case(case: Case) -> Any:
     """Build the case's pipeline through the YAML loader, run it and check its expectations.
 
@@ -236,7 +245,7 @@ def run_case(case: Case) -> Any:
     inputs = _inputs(case.data)
     try:
         pipeline = Pipeline.from_string(text, file=f"{case.file}#{case.id}", plugins=case.plugins)
-        context = pipeline.run(inputs, query=case.data.get("query"), budget=case.data.get("budget"),
+        context = pipeline.run(inputs, query=case.data.get("query"), budget=_budget(case.data),
                                output_format=case.data.get("output_format"))
     except Exception as exc:
         if raises is None:
@@ -257,6 +266,15 @@ def run_case(case: Case) -> Any:
     return context
 
 
+def _report_value(context: Any, component: str, key: str) -> Any:
+    """`a.b` in the details of the last report of `component`'s step (None when absent)."""
+    details = [r.details for r in context.reports if r.step == component]
+    value: Any = details[-1] if details else None
+    for part in key.split("."):
+        value = value.get(part) if hasattr(value, "get") else None
+    return value
+
+
 def _check(case: Case, expect: dict[str, Any], context: Any) -> None:
     output = context.output or ""
     for key, present in (("output_contains", True), ("kept_contains", True),
@@ -270,6 +288,11 @@ def _check(case: Case, expect: dict[str, Any], context: Any) -> None:
         if output.count(fragment) != count:
             raise CaseFailure(f"{case.where('expect', 'output_counts', fragment)}: {fragment!r} "
                               f"occurs {output.count(fragment)} times, expected {count}")
+    for key, wanted in (expect.get("report") or {}).items():
+        got = _report_value(context, case.component, key)
+        if got != wanted:
+            raise CaseFailure(f"{case.where('expect', 'report', key)}: the step report's {key!r} "
+                              f"is {got!r}, expected {wanted!r}")
     if "max_tokens" in expect:
         tokens = context.output_tokens
         if tokens is None:
