@@ -267,11 +267,22 @@ def run_case(case: Case) -> Any:
 
 
 def _report_value(context: Any, component: str, key: str) -> Any:
-    """`a.b` in the details of the last report of `component`'s step (None when absent)."""
+    """`a.b` in the details of the last report of `component`'s step (None when absent); a key
+    holding dots (`validate.loss`) is matched whole, a number indexes a list."""
     details = [r.details for r in context.reports if r.step == component]
     value: Any = details[-1] if details else None
-    for part in key.split("."):
-        value = value.get(part) if hasattr(value, "get") else None
+    parts = key.split(".")
+    while parts and value is not None:
+        for n in range(len(parts), 0, -1):
+            head = ".".join(parts[:n])
+            if hasattr(value, "get") and head in value:
+                value, parts = value[head], parts[n:]
+                break
+            if isinstance(value, list | tuple) and n == 1 and head.isdigit() and int(head) < len(value):
+                value, parts = value[int(head)], parts[1:]
+                break
+        else:
+            return None
     return value
 
 

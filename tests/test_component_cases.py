@@ -17,7 +17,6 @@ def test_component_case(case):
     run_case(case)
 
 
-@pytest.mark.xfail(reason="case files are being added", strict=False)
 def test_every_builtin_component_has_cases():
     by_component: dict[str, int] = {}
     for case in load_cases(CASES):
