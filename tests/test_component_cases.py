@@ -50,3 +50,36 @@ def test_unexpected_success_of_an_error_case_fails(tmp_path):
                     "      raises: {error: ConfigError}\n", encoding="utf-8")
     with pytest.raises(CaseFailure, match="the run succeeded"):
         run_case(load_cases(file)[0])
+
+
+def test_case_ids_are_readable():
+    ids = [str(case) for case in load_cases(CASES / "score.relevance.yaml")]
+    assert "score.relevance::relevant_kept_en" in ids
+
+
+def test_a_third_party_plugin_is_tested_through_the_runner(tmp_path, monkeypatch):
+    (tmp_path / "shout_plugin.py").write_text(
+        "from compactor.components import Component\nfrom compactor.hookspecs import hookimpl\n\n"
+        "class Shout(Component):\n    name = 'clean.shout'\n    stage = 'clean'\n\n"
+        "    @hookimpl\n    def compactor_clean(self, context, run):\n"
+        "        return context.evolve(sources=tuple(s.with_text(s.text.upper()) "
+        "for s in context.sources))\n\n"
+        "@hookimpl\ndef compactor_register_components(register):\n    register(Shout)\n",
+        encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    file = tmp_path / "clean.shout.yaml"
+    file.write_text("component: clean.shout\nplugins: [shout_plugin]\ncases:\n  - id: upper\n"
+                    "    text: quiet words\n    expect:\n      output_contains: [QUIET WORDS]\n",
+                    encoding="utf-8")
+    (case,) = load_cases(file)
+    assert run_case(case).output.strip() == "QUIET WORDS"
+
+
+def test_import_does_not_need_pytest():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['pytest'] = None; import compactor.testing as t; "
+            "print(t.load_cases.__name__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "load_cases" in done.stdout, done.stderr
