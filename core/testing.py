@@ -33,6 +33,7 @@ Case file format::
           labels: [{contains: Traceback, key: type, value: error_information}]
           raises: {error: ConfigError, match: passage_weight}
 
+A malformed case file raises `compactor.ConfigError` with its file and line.
 Without `before`/`after`, the steps around the component follow its stage: a chunker before
 classify/score/compress steps, a scorer and `compress.select` before later stages.
 
@@ -56,9 +57,10 @@ from typing import Any
 
 import yaml
 
+from compactor.errors import ConfigError, Problem
 from compactor.yamlmarks import Path, load_marked
 
-__all__ = ["Case", "CaseError", "CaseFailure", "load_cases", "parametrize", "run_case"]
+__all__ = ["Case", "CaseFailure", "load_cases", "parametrize", "run_case"]
 
 _CASE_KEYS = {"id", "text", "texts", "messages", "segments", "sources", "query", "budget", "params",
               "before", "after", "expect", "output_format"}
@@ -78,8 +80,9 @@ _BEFORE: dict[str, list[dict[str, Any]]] = {
 _AFTER: dict[str, list[dict[str, Any]]] = {"score": [_SELECT]}
 
 
-class CaseError(ValueError):
+def _bad(file: str, line: int | None, message: str) -> ConfigError:
     """A malformed case file (unknown key, missing component, ...), located by file and line."""
+    return ConfigError(Problem(message, file, line))
 
 
 class CaseFailure(AssertionError):
@@ -125,33 +128,33 @@ def _load_file(path: pathlib.Path, plugins: tuple[Any, ...]) -> list[Case]:
     data = marked.data
     where = f"{path}"
     if not isinstance(data, dict):
-        raise CaseError(f"{where}: a case file is a mapping with `component` and `cases`")
+        raise _bad(where, None, "a case file is a mapping with `component` and `cases`")
     unknown = set(data) - _FILE_KEYS
     if unknown:
         key = sorted(unknown)[0]
-        raise CaseError(f"{where}:{marked.where((key,))[0]}: unknown key {key!r}; expected one of "
-                        f"{sorted(_FILE_KEYS)}")
+        raise _bad(where, marked.where((key,))[0], f"unknown key {key!r}; expected one of "
+                   f"{sorted(_FILE_KEYS)}")
     if not isinstance(data.get("component"), str):
-        raise CaseError(f"{where}: `component:` (the component's name) is missing")
+        raise _bad(where, None, "`component:` (the component's name) is missing")
     cases = data.get("cases")
     if not isinstance(cases, list) or not cases:
-        raise CaseError(f"{where}: `cases:` must be a non-empty list")
+        raise _bad(where, None, "`cases:` must be a non-empty list")
     file_plugins = plugins + tuple(_plugin(p) for p in data.get("plugins") or ())
     out: list[Case] = []
     seen: set[str] = set()
     for i, raw in enumerate(cases):
         line = marked.where(("cases", i))[0]
         if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
-            raise CaseError(f"{where}:{line}: each case is a mapping with a string `id`")
+            raise _bad(where, line, "each case is a mapping with a string `id`")
         for keys, allowed, sub in ((raw, _CASE_KEYS, ()), (raw.get("expect") or {}, _EXPECT_KEYS,
                                                           ("expect",))):
             bad = sorted(set(keys) - allowed)
             if bad:
                 at = marked.where(("cases", i, *sub, bad[0]))[0]
-                raise CaseError(f"{where}:{at}: case {raw['id']!r}: unknown key {bad[0]!r}; "
-                                f"expected one of {sorted(allowed)}")
+                raise _bad(where, at, f"case {raw['id']!r}: unknown key {bad[0]!r}; "
+                           f"expected one of {sorted(allowed)}")
         if raw["id"] in seen:
-            raise CaseError(f"{where}:{line}: duplicate case id {raw['id']!r}")
+            raise _bad(where, line, f"duplicate case id {raw['id']!r}")
         seen.add(raw["id"])
         out.append(Case(str(path), raw["id"], data["component"], raw, file_plugins,
                         raw.get("before", data.get("before")), raw.get("after", data.get("after")),
@@ -187,7 +190,7 @@ def _error_class(name: str) -> type[BaseException]:
 
     found = getattr(errors, name, None) or getattr(builtins, name, None)
     if not (isinstance(found, type) and issubclass(found, BaseException)):
-        raise CaseError(f"unknown error class {name!r} (compactor.errors or a builtin)")
+        raise ConfigError(f"unknown error class {name!r} (compactor.errors or a builtin)")
     return found
 
 

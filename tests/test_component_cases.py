@@ -6,8 +6,9 @@ import pathlib
 
 import pytest
 
+from compactor.errors import ConfigError
 from compactor.plugins import BUILTIN_COMPONENTS
-from compactor.testing import CaseError, CaseFailure, load_cases, parametrize, run_case
+from compactor.testing import CaseFailure, load_cases, parametrize, run_case
 
 CASES = pathlib.Path(__file__).parent / "cases" / "components"
 
@@ -40,7 +41,7 @@ def test_typo_in_case_file_is_a_clear_error(tmp_path):
     file = tmp_path / "typo.yaml"
     file.write_text("component: score.relevance\ncases:\n  - id: a\n    text: x\n    expect:\n"
                     "      output_contain: [x]\n", encoding="utf-8")
-    with pytest.raises(CaseError, match=r"typo.yaml:6: case 'a': unknown key 'output_contain'"):
+    with pytest.raises(ConfigError, match=r"typo.yaml:6: case 'a': unknown key 'output_contain'"):
         load_cases(file)
 
 
