@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names, for type checkers; at run time they load on first use
+    from compactor.apps.auto import AutoCompactor
     from compactor.apps.compacter import ContextCompacter
     from compactor.apps.conversation import CompactedMessages, compact_messages, count_message_tokens
     from compactor.apps.research import ResearchSession
@@ -88,6 +89,7 @@ _LAZY: dict[str, str] = {
     "CompactorWarning": "compactor.errors",
     "StoreConflict": "compactor.errors",
     "compress_transcripts": "compactor.apps.transcripts",
+    "AutoCompactor": "compactor.apps.auto",
     "ContextCompacter": "compactor.apps.compacter",
     "expand": "compactor.apps.tools",
     "Component": "compactor.components",
@@ -178,6 +180,7 @@ def compress(
 
 __all__ = [
     "EXPAND_TOOL",
+    "AutoCompactor",
     "Budget",
     "BudgetError",
     "BudgetShare",

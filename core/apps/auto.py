@@ -1,0 +1,180 @@
+"""`AutoCompactor`: compaction near the window limit, for any agent loop.
+
+    >>> auto = compactor.AutoCompactor(window=128_000, reserve=16_000)
+    >>> while True:
+    ...     messages = auto.maybe_compact(messages)     # unchanged until the history passes the trigger
+    ...     reply = client.chat.completions.create(model=..., messages=messages,
+    ...                                            tools=[compactor.EXPAND_TOOL, ...])
+
+Claude Code compacts at the window minus a reserve for the reply; Codex at about 90% of the window.
+Both are one line here: `reserve=` (tokens kept free) or `trigger=` (tokens, or a fraction of the
+window). Past the trigger the history is compacted with `compact_messages` to `target` (half the
+trigger by default, so the next compaction is many turns away), into one store and session: a later
+compaction carries the earlier summary's lines forward, and every id any summary cited stays
+expandable (`auto.expand(ids)`, or offer `EXPAND_TOOL` and answer with `auto.handle_expand_call`).
+The counters (`compactions`, `tokens_saved`, `stats()`) are what a monitor shows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from compactor.apps.common import PipelineArg
+from compactor.apps.conversation import CompactedMessages, compact_messages
+from compactor.apps.tools import expand, handle_expand_call
+from compactor.errors import InputError
+from compactor.formats.messages import messages_tokens, read_messages
+from compactor.store import ChunkStore, open_store
+from compactor.text.tokens import get_counter
+
+#: The seeds' trigger: compact at 80% of the window (36k of 45k).
+DEFAULT_TRIGGER = 0.8
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """One compaction: when (the check's number), tokens before and after, and the ids it dropped."""
+
+    check: int
+    tokens_before: int
+    tokens_after: int
+    dropped_ids: tuple[str, ...]
+    kind: str | None
+
+    @property
+    def tokens_saved(self) -> int:
+        return self.tokens_before - self.tokens_after
+
+
+class AutoCompactor:
+    """Compacts a message list when it passes a trigger; keeps one store and session across
+    compactions so earlier summaries and their expand ids survive the next one.
+
+    `window`: the model's context window in tokens. `reserve`: tokens to keep free for the reply and
+    tool definitions (trigger = window - reserve), or `trigger`: tokens, or a fraction of the window
+    in (0, 1] (Codex: 0.9); neither gives 0.8 of the window. `target`: the budget a compaction
+    compacts to, tokens or a fraction of the trigger (default 0.5). `tools_tokens`: what the request
+    spends outside the messages (tool schemas), counted against the trigger. Every other keyword
+    (`keep_last`, `llm`, `query`, `kind`, `keep_files`, `pipeline`, `plugins`, `summary_role`,
+    `compress_system`) is passed to `compact_messages`. `on_compact` is called with each
+    `Compaction`, for a monitor or a log line.
+    """
+
+    def __init__(self, window: int, *, reserve: int | None = None, trigger: int | float | None = None,
+                 target: int | float = 0.5, tools_tokens: int = 0, keep_last: int = 4,
+                 store: str | ChunkStore | None = None, session: str | None = None,
+                 pipeline: PipelineArg = "conversation", plugins: Iterable[Any] = (), llm: Any = None,
+                 query: str | None = None, encoding: str = "cl100k_base",
+                 on_compact: Callable[[Compaction], None] | None = None, **options: Any) -> None:
+        if not _count(window) or window <= 0:
+            raise InputError(f"window must be a positive number of tokens, not {window!r}")
+        if reserve is not None and trigger is not None:
+            raise InputError("give reserve (tokens kept free) or trigger (when to compact), not both")
+        if not _count(tools_tokens) or tools_tokens < 0:
+            raise InputError(f"tools_tokens must be 0 or more tokens, not {tools_tokens!r}")
+        self.window = window
+        self.trigger_tokens = _trigger(window, reserve, trigger)
+        self.target_tokens = _fraction_or_tokens("target", target, self.trigger_tokens)
+        self.tools_tokens = tools_tokens
+        self.store = open_store(store)
+        self.session = session or f"auto-{uuid.uuid4().hex[:12]}"
+        self.on_compact = on_compact
+        self._counter = get_counter(encoding)
+        self._options: dict[str, Any] = {"keep_last": keep_last, "pipeline": pipeline,
+                                         "plugins": tuple(plugins), "llm": llm, "query": query, **options}
+        self.history: list[Compaction] = []
+        self.checks = 0
+        self.last: CompactedMessages | None = None
+
+    def __repr__(self) -> str:
+        return (f"AutoCompactor(window={self.window}, trigger={self.trigger_tokens}, "
+                f"target={self.target_tokens}, compactions={self.compactions})")
+
+    @property
+    def compactions(self) -> int:
+        """How many times the history was compacted."""
+        return len(self.history)
+
+    @property
+    def tokens_saved(self) -> int:
+        """Tokens the compactions removed from the requests that followed them (sum over compactions)."""
+        return sum(c.tokens_saved for c in self.history)
+
+    def tokens(self, messages: Sequence[Any]) -> int:
+        """What `messages` cost in a request, plus `tools_tokens`."""
+        return messages_tokens(read_messages(list(messages)), self._counter) + self.tools_tokens
+
+    def should_compact(self, messages: Sequence[Any]) -> bool:
+        """Whether the history has passed the trigger."""
+        return self.tokens(messages) > self.trigger_tokens
+
+    def maybe_compact(self, messages: Sequence[Any]) -> list[Any]:
+        """`messages` as they are while under the trigger (the same objects, in a new list);
+        past it, the compacted history as plain message dicts (a `CompactedMessages`)."""
+        self.checks += 1
+        items = list(messages)
+        before = self.tokens(items)
+        if before <= self.trigger_tokens:
+            return items
+        return self.compact(items, tokens_before=before)
+
+    def compact(self, messages: Sequence[Any], *, tokens_before: int | None = None) -> CompactedMessages:
+        """Compact now, whatever the size (a `/compact` command)."""
+        before = self.tokens(messages) if tokens_before is None else tokens_before
+        budget = max(1, self.target_tokens - self.tools_tokens)
+        result = compact_messages(list(messages), budget, store=self.store, session=self.session,
+                                  **self._options)
+        after = result.report.get("output_tokens", before) + self.tools_tokens
+        record = Compaction(self.checks, before, after, tuple(result.dropped_ids), result.report.get("kind"))
+        self.history.append(record)
+        self.last = result
+        if self.on_compact is not None:
+            self.on_compact(record)
+        return result
+
+    def expand(self, ids: Iterable[str]) -> dict[str, str]:
+        """The originals of ids any compaction of this session cited."""
+        return expand(ids, self.store)
+
+    def handle_expand_call(self, call: Any) -> dict[str, Any]:
+        """The tool message answering a model's `expand_context` call."""
+        return handle_expand_call(call, self.store)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for a monitor: checks, compactions, tokens saved, the last compaction."""
+        last = self.history[-1] if self.history else None
+        return {"window": self.window, "trigger_tokens": self.trigger_tokens,
+                "target_tokens": self.target_tokens, "checks": self.checks,
+                "compactions": self.compactions, "tokens_saved": self.tokens_saved,
+                "last": None if last is None else {"check": last.check, "tokens_before": last.tokens_before,
+                                                   "tokens_after": last.tokens_after,
+                                                   "dropped": len(last.dropped_ids), "kind": last.kind}}
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _trigger(window: int, reserve: int | None, trigger: int | float | None) -> int:
+    if reserve is not None:
+        if not _count(reserve) or not 0 <= reserve < window:
+            raise InputError(f"reserve must be a number of tokens from 0 to below the window "
+                             f"({window}), not {reserve!r}")
+        return window - reserve
+    tokens = _fraction_or_tokens("trigger", DEFAULT_TRIGGER if trigger is None else trigger, window)
+    if tokens > window:
+        raise InputError(f"trigger ({tokens} tokens) is past the window ({window})")
+    return tokens
+
+
+def _fraction_or_tokens(name: str, value: Any, whole: int) -> int:
+    """`value` as tokens: a float in (0, 1] is a fraction of `whole`, an int is tokens."""
+    if isinstance(value, float) and 0 < value <= 1:
+        return max(1, int(whole * value))
+    if _count(value) and 0 < value <= whole:
+        return int(value)
+    raise InputError(f"{name} must be tokens (1 to {whole}) or a fraction of {whole} in (0, 1], "
+                     f"not {value!r}")

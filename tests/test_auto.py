@@ -1,0 +1,123 @@
+"""AutoCompactor: the trigger, repeated compaction that keeps earlier summaries and ids, counters."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import compactor
+from compactor.apps.auto import AutoCompactor, Compaction
+
+
+def _turn(i: int) -> list[dict]:
+    call = {"id": f"call{i}", "type": "function",
+            "function": {"name": "get_order", "arguments": json.dumps({"order_id": f"#W{1000 + i}"})}}
+    result = {"order_id": f"#W{1000 + i}", "status": "delivered" if i % 3 else "pending",
+              "items": [{"name": f"item-{i}", "price": 10 + i}]}
+    return [{"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"call{i}", "content": json.dumps(result)},
+            {"role": "assistant", "content": f"Order #W{1000 + i} costs {10 + i} dollars."}]
+
+
+def _pairs_intact(messages: list[dict]) -> bool:
+    """Every tool message answers a call of the assistant message just before its run of results."""
+    open_calls: set[str] = set()
+    for m in messages:
+        if m.get("role") == "assistant":
+            open_calls = {c["id"] for c in m.get("tool_calls") or []}
+        elif m.get("role") == "tool":
+            if m.get("tool_call_id") not in open_calls:
+                return False
+        else:
+            open_calls = set()
+    return True
+
+
+def _loop(auto: AutoCompactor, turns: int) -> list[dict]:
+    messages = [{"role": "system", "content": "You are a support agent for an online shop."},
+                {"role": "user", "content": "Please check all my orders and refund order #W1003."}]
+    for i in range(turns):
+        messages = auto.maybe_compact([*messages, *_turn(i)])
+        assert auto.tokens(messages) <= auto.trigger_tokens
+        assert _pairs_intact(messages)
+    return messages
+
+
+def test_trigger_from_reserve_fraction_or_default() -> None:
+    assert AutoCompactor(10_000, reserve=2_000).trigger_tokens == 8_000
+    assert AutoCompactor(10_000, trigger=0.9).trigger_tokens == 9_000
+    assert AutoCompactor(10_000, trigger=7_000).trigger_tokens == 7_000
+    assert AutoCompactor(45_000).trigger_tokens == 36_000  # the seeds' 45k x 0.8
+    assert AutoCompactor(10_000, reserve=2_000, target=0.25).target_tokens == 2_000
+
+
+@pytest.mark.parametrize("kwargs", [{"window": 0}, {"window": 1000, "reserve": 1000},
+                                    {"window": 1000, "reserve": 10, "trigger": 0.5},
+                                    {"window": 1000, "trigger": 1.5}, {"window": 1000, "trigger": 2000},
+                                    {"window": 1000, "target": 0.0}, {"window": 1000, "tools_tokens": -1}])
+def test_bad_settings_name_the_option(kwargs: dict) -> None:
+    with pytest.raises(compactor.InputError):
+        AutoCompactor(**kwargs)
+
+
+def test_under_the_trigger_nothing_changes() -> None:
+    auto = AutoCompactor(100_000)
+    messages = [{"role": "user", "content": "hello"}]
+    out = auto.maybe_compact(messages)
+    assert out == messages and out is not messages
+    assert out[0] is messages[0]
+    assert auto.compactions == 0 and auto.checks == 1 and auto.tokens_saved == 0
+
+
+def test_repeated_compaction_keeps_earlier_ids_and_counts() -> None:
+    seen: list[Compaction] = []
+    auto = AutoCompactor(window=2_400, reserve=600, target=0.5, on_compact=seen.append)
+    messages = _loop(auto, 70)
+    assert auto.compactions >= 2 and len(seen) == auto.compactions
+    assert auto.tokens_saved == sum(c.tokens_before - c.tokens_after for c in seen) > 0
+    assert all(c.tokens_after < c.tokens_before for c in seen)
+    # the request keeps the system message and the opening request verbatim
+    assert messages[0]["role"] == "system" and "refund order #W1003" in messages[1]["content"]
+    # ids the first compaction dropped are still expandable after the later ones
+    first = seen[0].dropped_ids
+    originals = auto.expand(first[:3])
+    assert any("#W1000" in text for text in originals.values())
+    # the latest summary cites the earlier summary's ids (it was summarised in turn)
+    summary = next(m["content"] for m in messages if m["content"] and m["content"].startswith("[compactor]"))
+    assert "expand_context" in summary
+    stats = auto.stats()
+    assert stats["compactions"] == auto.compactions and stats["last"]["tokens_after"] == seen[-1].tokens_after
+
+
+def test_expand_call_answers_with_originals(tmp_path) -> None:
+    auto = AutoCompactor(window=2_000, reserve=500, store=str(tmp_path / "auto.db"))
+    _loop(auto, 40)
+    assert auto.compactions >= 1
+    wanted = auto.history[0].dropped_ids[1]
+    call = {"id": "x1", "type": "function",
+            "function": {"name": "expand_context", "arguments": json.dumps({"ids": [wanted]})}}
+    reply = auto.handle_expand_call(call)
+    assert reply["role"] == "tool" and reply["tool_call_id"] == "x1"
+    assert wanted in reply["content"] and "order_id" in reply["content"]
+    # the store is a real SQLite file another process could read
+    assert compactor.expand([wanted], str(tmp_path / "auto.db"))[wanted] == auto.expand([wanted])[wanted]
+
+
+def test_compact_now_whatever_the_size() -> None:
+    auto = AutoCompactor(window=50_000)
+    messages = [{"role": "user", "content": "Start."}]
+    for i in range(12):
+        messages += _turn(i)
+    out = auto.compact(messages)
+    assert auto.compactions == 1 and auto.tokens(out) <= auto.target_tokens
+
+
+def test_import_compactor_is_lazy_about_it() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, compactor; print('compactor.apps.auto' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
+    assert compactor.AutoCompactor is AutoCompactor
