@@ -44,23 +44,9 @@ from typing import Any
 from compactor.document import Chunk, Source
 from compactor.errors import InputError, StoreConflict, StoreError
 from compactor.text import similarity as textsim
+from compactor.text.sentences import detect_lang
 
 NEAR_DUPLICATE = 0.8
-
-
-@dataclass(frozen=True, slots=True)
-class StoredChunk:
-    """A chunk's original text and where it came from."""
-
-    id: str
-    source_id: str
-    index: int
-    start: int
-    end: int
-    text: str
-    tokens: int
-    url: str | None = None
-    title: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,11 +103,11 @@ class ChunkStore:
         read-compute-commit cycle runs as if alone; StoreError after `wait` seconds."""
         raise NotImplementedError
 
-    def chunks(self, ids: Iterable[str]) -> dict[str, StoredChunk]:
+    def chunks(self, ids: Iterable[str]) -> dict[str, Chunk]:
         """Stored chunks by id (ids that are not stored are absent from the result)."""
         raise NotImplementedError
 
-    def session_chunks(self, session: str) -> list[StoredChunk]:
+    def session_chunks(self, session: str) -> list[Chunk]:
         """All chunks of a session, by source arrival order and position."""
         raise NotImplementedError
 
@@ -160,16 +146,23 @@ class ChunkStore:
         self.close()
 
 
-def _stored(chunk: Chunk, source: Source | None) -> StoredChunk:
-    return StoredChunk(chunk.id, chunk.source_id, chunk.index, chunk.start, chunk.end, chunk.text,
-                       chunk.tokens, source.uri if source else None, source.title if source else None)
+def _stored(chunk: Chunk) -> Chunk:
+    """What a store keeps of a chunk: its span, text and count (labels and scores are a run's)."""
+    return Chunk(chunk.id, chunk.source_id, chunk.index, chunk.start, chunk.end, chunk.text, chunk.tokens,
+                 lang=chunk.lang, units=chunk.units)
+
+
+def _row_chunk(row: Sequence[Any]) -> Chunk:
+    """A chunk from its SQLite row (id, source_id, idx, start, end, text, tokens)."""
+    text = row[5]
+    return Chunk(row[0], row[1], row[2], row[3], row[4], text, row[6], lang=detect_lang(text[:2000]))
 
 
 class MemoryStore(ChunkStore):
     """Dictionaries in this process: the default for one-shot runs."""
 
     def __init__(self) -> None:
-        self._chunks: dict[str, StoredChunk] = {}
+        self._chunks: dict[str, Chunk] = {}
         self._sessions: dict[str, dict[str, Any]] = {}
         self._runs: list[dict[str, Any]] = []
         self._guard = threading.Lock()
@@ -235,7 +228,6 @@ class MemoryStore(ChunkStore):
                                 f"{state['version']}, the batch was computed from {base})")
         state["version"] += 1
         number = len(state["batches"]) + 1
-        by_id = {s.id: s for s in batch.sources}
         for source in batch.sources:
             if any(s.id == source.id for s in state["sources"]):
                 continue
@@ -249,16 +241,16 @@ class MemoryStore(ChunkStore):
                 for key in textsim.band_keys(sig):
                     state["bands"].setdefault(key, []).append(source.id)
         for chunk in batch.chunks:
-            self._chunks[chunk.id] = _stored(chunk, by_id.get(chunk.source_id))
+            self._chunks[chunk.id] = _stored(chunk)
         state["knowledge"].update(json.loads(json.dumps(dict(batch.knowledge))))
         state["batches"].append({"batch": number, "time": time.time(), "sources": len(batch.sources),
                                  "chunks": len(batch.chunks), "report": dict(batch.report)})
         return number
 
-    def chunks(self, ids: Iterable[str]) -> dict[str, StoredChunk]:
+    def chunks(self, ids: Iterable[str]) -> dict[str, Chunk]:
         return {i: self._chunks[i] for i in ids if i in self._chunks}
 
-    def session_chunks(self, session: str) -> list[StoredChunk]:
+    def session_chunks(self, session: str) -> list[Chunk]:
         order = {s.id: s.seq for s in self.sources(session)}
         found = [c for c in self._chunks.values() if c.source_id in order]
         return sorted(found, key=lambda c: (order[c.source_id], c.index))
@@ -693,21 +685,21 @@ class SQLiteStore(ChunkStore):
                         json.dumps(dict(batch.report), ensure_ascii=False, default=str)))
         return int(number)
 
-    def chunks(self, ids: Iterable[str]) -> dict[str, StoredChunk]:
+    def chunks(self, ids: Iterable[str]) -> dict[str, Chunk]:
         wanted = list(dict.fromkeys(ids))
-        found: dict[str, StoredChunk] = {}
+        found: dict[str, Chunk] = {}
         for i in range(0, len(wanted), 500):
             part = wanted[i:i + 500]
-            rows = self._query('SELECT id, source_id, idx, start, "end", text, tokens, url, title '
+            rows = self._query('SELECT id, source_id, idx, start, "end", text, tokens '
                                f"FROM chunks WHERE id IN ({','.join('?' * len(part))})", part)
-            found.update((r[0], StoredChunk(*r)) for r in rows)
+            found.update((r[0], _row_chunk(r)) for r in rows)
         return found
 
-    def session_chunks(self, session: str) -> list[StoredChunk]:
-        rows = self._query('SELECT c.id, c.source_id, c.idx, c.start, c."end", c.text, c.tokens, c.url, '
-                           "c.title FROM chunks c JOIN session_sources s ON s.source_id = c.source_id "
+    def session_chunks(self, session: str) -> list[Chunk]:
+        rows = self._query('SELECT c.id, c.source_id, c.idx, c.start, c."end", c.text, c.tokens '
+                           "FROM chunks c JOIN session_sources s ON s.source_id = c.source_id "
                            "WHERE s.session = ? ORDER BY s.seq, c.idx", (session,))
-        return [StoredChunk(*r) for r in rows]
+        return [_row_chunk(r) for r in rows]
 
     def record_run(self, record: Mapping[str, Any]) -> None:
         with self._writing() as db:

@@ -19,7 +19,8 @@ import pytest
 from compactor import Pipeline
 from compactor.errors import ConfigError
 from compactor.llm import guard
-from compactor.text.fidelity import find_invented, invented_facts, number_values
+from compactor.text.fidelity import find_invented, invented_facts
+from compactor.text.numbers import number_values
 from compactor.text.sentences import split_sentences
 from compactor.text.tokens import get_counter
 

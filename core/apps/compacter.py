@@ -20,12 +20,12 @@ from dataclasses import replace
 from typing import Any
 
 from compactor.config import PipelineSpec, load_spec
-from compactor.document import Budget, Context, Fact, Source, chunk_id
+from compactor.document import Budget, Chunk, Context, Fact, Source, chunk_id
 from compactor.errors import ConfigError, InputError, Problem, StoreConflict
 from compactor.pipeline import Pipeline, pipeline_folder, read_pipeline_text
 from compactor.registry import ComponentInfo, Registry, build_registry
 from compactor.state import Knowledge, State, thaw
-from compactor.store import Batch, ChunkStore, StoredChunk, open_store
+from compactor.store import Batch, ChunkStore, open_store
 
 STRATEGIES = ("fact_centric", "chunk_filtering", "summarization")
 # what a strategy keeps between batches besides its knowledge base: the checklist's fact ids and
@@ -296,7 +296,7 @@ class ContextCompacter:
             chosen_chunks = self._fit(chosen_chunks, budget)
         return self._render(self._order(chosen_chunks))
 
-    def _neighbours(self, chunks: Sequence[StoredChunk], width: int) -> list[StoredChunk]:
+    def _neighbours(self, chunks: Sequence[Chunk], width: int) -> list[Chunk]:
         """The chunks up to `width` places before and after each of `chunks` in its page, nearest
         first, leaving out chunks already given and quarantined ones."""
         if width <= 0 or not chunks:
@@ -312,34 +312,36 @@ class ContextCompacter:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _chunks_in_order(self, ids: Sequence[str]) -> list[StoredChunk]:
+    def _chunks_in_order(self, ids: Sequence[str]) -> list[Chunk]:
         stored = self.store.chunks(ids)
         return self._order([stored[i] for i in ids if i in stored])
 
-    def _order(self, chunks: Sequence[StoredChunk]) -> list[StoredChunk]:
+    def _order(self, chunks: Sequence[Chunk]) -> list[Chunk]:
         seq = {s.id: s.seq for s in self.store.sources(self.session)}
         return sorted(chunks, key=lambda c: (seq.get(c.source_id, len(seq)), c.index))
 
-    @staticmethod
-    def _render(chunks: Sequence[StoredChunk]) -> str:
+    def _render(self, chunks: Sequence[Chunk]) -> str:
+        pages = {s.id: s for s in self.store.sources(self.session)} if chunks else {}
         parts: list[str] = []
         current: str | None = None
         for chunk in chunks:
             if chunk.source_id != current:
                 current = chunk.source_id
-                head = f"## {chunk.title or chunk.url or chunk.source_id}"
-                if chunk.url and chunk.url != chunk.title:
-                    head += f"\n<{chunk.url}>"
+                page = pages.get(chunk.source_id)
+                url, title = (page.url, page.title) if page else (None, None)
+                head = f"## {title or url or chunk.source_id}"
+                if url and url != title:
+                    head += f"\n<{url}>"
                 parts.append(head)
             parts.append(chunk.text)
         return "\n\n".join(parts)
 
-    def _fit(self, chunks: list[StoredChunk], budget: int) -> list[StoredChunk]:
+    def _fit(self, chunks: list[Chunk], budget: int) -> list[Chunk]:
         """Most important first while the estimate fits (chunk and heading counts plus joins), then
         drop the least important until the rendered text truly fits."""
         counter = self.pipeline.counter
         costs = counter.count_many([c.text for c in chunks])
-        kept: list[StoredChunk] = []
+        kept: list[Chunk] = []
         heads: set[str] = set()
         used = 0
         for chunk, cost in zip(chunks, costs, strict=True):

@@ -47,7 +47,8 @@ from compactor.errors import LLMError
 from compactor.llm.client import LLMClient, LLMSettings
 from compactor.run import Run
 from compactor.text import terms as ts
-from compactor.text.fidelity import invented_facts, number_values
+from compactor.text.fidelity import invented_facts
+from compactor.text.numbers import number_values
 from compactor.text.relevance import index_terms
 from compactor.text.sentences import split_sentences
 from compactor.text.tokens import TokenCounter

@@ -16,11 +16,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 import regex
 
-__all__ = ["Finding", "find_invented", "invented_facts", "number_values"]
+from compactor.text.numbers import DATE as _DATE
+from compactor.text.numbers import LIST_MARKER as _LIST_MARKER
+from compactor.text.numbers import NUMBER as _NUMBER
+from compactor.text.numbers import ZH_NUMERAL as _ZH_NUMERAL
+from compactor.text.numbers import date_key as _date_key
+from compactor.text.numbers import decimal_key as _decimal_key
+from compactor.text.numbers import mask as _mask
+from compactor.text.numbers import match_values as _number_values
+from compactor.text.numbers import zh_numeral as _zh_numeral
+from compactor.text.numbers import zh_numeral_checked as _zh_numeral_checked
+
+__all__ = ["Finding", "find_invented", "invented_facts"]
 
 # -- patterns -------------------------------------------------------------------------------------
 
@@ -29,34 +40,6 @@ _CJK_CHAR = regex.compile(f"[{_CJK}]")
 _URL = regex.compile(r"(?i)\b(?:https?://|www\.)[^\s<>\"'“”‘’（）()\[\]{}，。；！？、]+")
 _EMAIL = regex.compile(r"(?i)\b[a-z0-9][a-z0-9._%+-]*@[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}\b")
 # Numbers not glued to Latin letters/digits: "61,000", "3.5", "45%", "14th"; not the "4" of "v4" or "x86".
-_NUMBER = regex.compile(
-    r"(?<![A-Za-z0-9_.,])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:st|nd|rd|th)?(?![A-Za-z0-9_]|\.\d|,\d{3})"
-    r"(?:\s*(?P<scale>thousand|million|billion|trillion|[万亿千])(?![A-Za-z]))?"
-    r"(?P<pct>\s*(?:%|％|percent\b|per\s+cent\b))?",
-    regex.IGNORECASE,
-)
-_LIST_MARKER = regex.compile(r"(?m)^[ \t]*(?:[-*•+][ \t]+)?\(?\d{1,2}[.)、][ \t]+")
-_ZH_DIGITS = "零〇一二两三四五六七八九"
-_ZH_NUMERAL = regex.compile(rf"(?:百分之)?[{_ZH_DIGITS}十百千万亿]+")
-_MONTHS = {
-    "jan": 1, "feb": 2, "mar": 3, "apr": 4, "may": 5, "jun": 6, "jul": 7, "aug": 8, "sep": 9,
-    "oct": 10, "nov": 11, "dec": 12,
-}
-_MONTH = (r"(?P<{g}>Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
-          r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?")
-_ORD = r"(?:st|nd|rd|th)?"
-_DATE = regex.compile(
-    "|".join([
-        r"(?P<iy>\d{4})[-/.](?P<im>\d{1,2})[-/.](?P<id>\d{1,2})(?!\d)",
-        _MONTH.format(g="m1") + rf"\s+(?P<d1>\d{{1,2}}){_ORD},?\s+(?P<y1>\d{{4}})(?!\d)",
-        rf"(?P<d2>\d{{1,2}}){_ORD}\s+(?:of\s+)?" + _MONTH.format(g="m2") + r",?\s+(?P<y2>\d{4})(?!\d)",
-        _MONTH.format(g="m3") + r",?\s+(?P<y3>\d{4})(?!\d)",
-        _MONTH.format(g="m4") + rf"\s+(?P<d4>\d{{1,2}}){_ORD}(?![\d:])",
-        rf"(?P<d5>\d{{1,2}}){_ORD}\s+(?:of\s+)?" + _MONTH.format(g="m5") + r"\b",
-        r"(?P<zy>\d{4})\s*年\s*(?P<zm>\d{1,2})\s*月(?:\s*(?P<zd>\d{1,2})\s*[日号])?",
-        r"(?<!\d)(?P<zm2>\d{1,2})\s*月\s*(?P<zd2>\d{1,2})\s*[日号]",
-    ]),
-)
 _WORD = regex.compile(r"[A-Za-z][A-Za-z0-9]*(?:['’][A-Za-z]+)?(?:[-_][A-Za-z0-9]+)*")
 _IDENTIFIER = regex.compile(r"(?<![\w.])[A-Za-z_][A-Za-z0-9]*_[A-Za-z0-9_]*(?![\w])")
 _ALNUM = regex.compile(r"[a-z0-9]+")
@@ -101,22 +84,6 @@ class Finding:
 def invented_facts(output: str, source: str) -> list[str]:
     """Numbers, dates, URLs, emails and names in `output` that are not in `source` (sorted, unique)."""
     return sorted({f.text for f in find_invented(output, source)})
-
-
-def number_values(text: str) -> list[tuple[str, frozenset[str]]]:
-    """Each number of `text` as written, with the canonical values it stands for ("61,000" is
-    {"61000"}, "1.2 million" also "1200000", "45%" also "0.45", "三十五" {"35"}); list markers
-    ("1.", "(2)") are not numbers. Used to see which of a source's numbers an output keeps."""
-    masked = _mask(text, _LIST_MARKER)
-    found = [(m.group().strip(), frozenset(_number_values(m))) for m in _NUMBER.finditer(masked)]
-    for match in _ZH_NUMERAL.finditer(masked):
-        value = _zh_numeral_checked(match.group())
-        if value is not None:
-            values = {_decimal_key(value)}
-            if match.group().startswith("百分之"):
-                values.add(_decimal_key(value / 100))
-            found.append((match.group(), frozenset(values)))
-    return found
 
 
 def find_invented(output: str, source: str) -> list[Finding]:
@@ -223,98 +190,7 @@ class _SourceFacts:
         return found
 
 
-# -- numbers --------------------------------------------------------------------------------------
-
-_SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12, "千": 3, "万": 4, "亿": 8}
-
-
-def _decimal_key(value: Decimal) -> str:
-    """Canonical text of a number: no separators, no trailing zeros ("3.50" -> "3.5", "03" -> "3")."""
-    text = format(value.normalize(), "f")
-    return text if text != "-0" else "0"
-
-
-def _number_values(match: regex.Match[str]) -> set[str]:
-    """The values a number match stands for: as written, scaled ("1.2 million"), and as a fraction
-    for percentages ("45%" also matches "0.45")."""
-    raw = regex.match(r"[\d,]+(?:\.\d+)?", match.group()).group().replace(",", "")  # type: ignore[union-attr]
-    try:
-        value = Decimal(raw)
-    except InvalidOperation:  # pragma: no cover - the pattern only matches digits
-        return set()
-    values = {value}
-    scale = match.group("scale")
-    if scale:
-        values.add(value.scaleb(_SCALES[scale.lower()]))
-    if match.group("pct"):
-        values.add(value / 100)  # "45%" is also "0.45", in either text
-    return {_decimal_key(v) for v in values}
-
-
-_ZH_VALUE = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7,
-             "八": 8, "九": 9}
-_ZH_UNIT = {"十": 10, "百": 100, "千": 1000}
-
-
-def _zh_numeral(text: str) -> Decimal | None:
-    """Value of a simple Chinese numeral ("三十五" 35, "两千零二十六" 2026, "三万" 30000), or None."""
-    if not text:
-        return None
-    if all(c in _ZH_VALUE for c in text) and len(text) > 1:  # digit by digit: "二〇二六"
-        return Decimal("".join(str(_ZH_VALUE[c]) for c in text))
-    total, section, digit = 0, 0, None
-    for char in text:
-        if char in _ZH_VALUE:
-            digit = _ZH_VALUE[char]
-        elif char in _ZH_UNIT:
-            section += (1 if digit is None else digit) * _ZH_UNIT[char]
-            digit = None
-        elif char in ("万", "亿"):
-            big = 10_000 if char == "万" else 100_000_000
-            total = (total + section + (digit or 0)) * big
-            section, digit = 0, None
-        else:  # pragma: no cover - the pattern admits nothing else
-            return None
-    return Decimal(total + section + (digit or 0))
-
-
-def _zh_numeral_checked(text: str) -> Decimal | None:
-    """Output-side Chinese numerals worth checking: clearly numbers ("三十五", "百分之五十"), not
-    words that merely contain numeral characters ("一些" is cut off before, "万一", "千万" skipped)."""
-    percent = text.startswith("百分之")
-    body = text.removeprefix("百分之")
-    if not body or (body[0] not in _ZH_DIGITS[2:] and body[0] != "十"):
-        return None
-    if not percent and (len(body) < 2 or not any(c in "十百千万亿" for c in body)):
-        return None
-    if body[0] == "十" and len(body) < 2:
-        return None
-    return _zh_numeral(body)
-
-
 # -- dates, urls ----------------------------------------------------------------------------------
-
-
-def _date_key(match: regex.Match[str]) -> tuple[int | None, int | None, int | None]:
-    """(year, month, day) of a date match, None for parts it does not state."""
-    groups = match.groupdict()
-
-    def num(name: str) -> int | None:
-        value = groups.get(name)
-        return int(value) if value else None
-
-    def month(name: str) -> int | None:
-        value = groups.get(name)
-        return _MONTHS[value[:3].lower()] if value else None
-
-    if groups.get("iy"):
-        return num("iy"), num("im"), num("id")
-    for i in "12345":
-        if groups.get(f"m{i}"):
-            return num(f"y{i}"), month(f"m{i}"), num(f"d{i}")
-    if groups.get("zy"):
-        return num("zy"), num("zm"), num("zd")
-    return None, num("zm2"), num("zd2")
 
 
 def _trim(url: str) -> str:
@@ -470,8 +346,3 @@ def _name_of(words: list[tuple[int, str]], line: str, zh: bool, facts: _SourceFa
     if len(items) == 1 and items[0][1].lower() in _ORDINARY:
         return None
     return " ".join(w for _, w in items)
-
-
-def _mask(text: str, pattern: regex.Pattern[str]) -> str:
-    """Blank out matches (same length, so offsets stay valid) so later checks skip them."""
-    return pattern.sub(lambda m: " " * len(m.group()), text)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import regex
 import snowballstemmer
 
+from compactor.text import numbers as numbers_grammar
+
 #: One snowball stemmer per thread (see `_stemmer`).
 _STEMMERS = threading.local()
 _HAN_RUN = regex.compile(r"[\p{Han}]+")
@@ -27,21 +29,9 @@ _LATIN_WORD = regex.compile(r"[\p{L}\p{N}][\p{L}\p{N}'_\-]*")
 # Han runs apart from Latin words and digits ("2013年" is "2013" and "年")
 _TOKEN = regex.compile(r"(?V1)\p{Han}+|[[\p{L}\p{N}]--\p{Han}][[\p{L}\p{N}'_\-]--\p{Han}]*")
 
-NUMBER = regex.compile(r"(?<![\p{L}\d.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?(?![\d])")
-DATE = regex.compile(
-    r"\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
-    r"|\b\d{1,2}\s+(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?\s+\d{4}\b"
-    r"|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?\s+\d{1,2}(?:st|nd|rd|th)?,?\s+\d{4}\b"
-    r"|\b(?:1[5-9]|20)\d{2}\b"
-    r"|\d{2,4}年(?:\d{1,2}月(?:\d{1,2}[日号])?)?|\d{1,2}月\d{1,2}[日号]",
-    regex.IGNORECASE,
-)
-# DATE's alternatives without month names: what DATE can match in a text with no month name.
-_DATE_DIGITS = regex.compile(
-    r"\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b|\b(?:1[5-9]|20)\d{2}\b"
-    r"|\d{2,4}年(?:\d{1,2}月(?:\d{1,2}[日号])?)?|\d{1,2}月\d{1,2}[日号]"
-)
-_MONTH_HINT = regex.compile(r"(?i)\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)")
+# Numbers and dates are read by the one grammar in `compactor.text.numbers` (so the LLM guard and
+# validate.loss agree on what a number is); DATE is re-exported for callers that only look for one.
+DATE = numbers_grammar.DATE
 UNIT = regex.compile(
     r"\b\d+(?:\.\d+)?\s?(?:ms|s|sec|min|h|hrs?|days?|KB|MB|GB|TB|PB|kb|mb|gb|tb|Hz|kHz|MHz|GHz|"
     r"km|m|cm|mm|kg|g|mg|lb|°C|°F|px|rpm|qps|rps|ops|fps|USD|EUR|RMB|dollars|euros|percent)\b"
@@ -174,26 +164,19 @@ def entities(text: str) -> set[str]:
     return set(signals(text).entities)
 
 
-def normalise_number(token: str) -> str:
-    """`61,000` -> `61000`, `3.50` -> `3.5`: equal values compare equal."""
-    value = token.replace(",", "").rstrip("%％")
-    if "." in value:
-        value = value.rstrip("0").rstrip(".")
-    return value
-
-
 def numbers(text: str) -> set[str]:
-    """Normalised numeric values in a text."""
-    return {normalise_number(m.group()) for m in NUMBER.finditer(text)}
+    """Every value the numbers and dates of a text stand for ("61,000" is 61000, "45%" also 0.45,
+    "May 1, 2024" is 2024-05-01): what an output is searched for when an input's numbers are checked."""
+    return numbers_grammar.value_set(text)
 
 
 @dataclass(frozen=True, slots=True)
 class Signals:
     """What density, importance and loss validation look for in one text, found once."""
 
-    numbers: frozenset[str]  # normalised values
+    numbers: frozenset[str]  # main values ("1.2 million" is 1200000), `compactor.text.numbers`
     number_hits: int
-    dates: frozenset[str]  # lower-cased
+    dates: frozenset[str]  # date labels ("2024-05-01", "2024-05", "05-01")
     date_hits: int
     unit_hits: int
     entities: frozenset[str]
@@ -204,7 +187,8 @@ class Signals:
 
 
 _DIGIT = regex.compile(r"\d")
-_NO_HITS: tuple[str, ...] = ()
+_ZH_NUMERAL_HINT = regex.compile(
+    r"[十百千万亿][一二三四五六七八九十零两]|[一二三四五六七八九两][十百千万亿]|百分之")
 
 
 # Sized for a million-token input cut into sentences (~35k chunks): density, importance and
@@ -217,17 +201,16 @@ def signals(text: str) -> Signals:
     backtick for code, a URL prefix...): most sentences hold few of these, and the patterns cost
     their scan of every position."""
     digits = _DIGIT.search(text) is not None
-    number_tokens = NUMBER.findall(text) if digits else _NO_HITS
-    month = digits and _MONTH_HINT.search(text) is not None
-    date_tokens = (DATE.findall(text) if month else _DATE_DIGITS.findall(text)) if digits else _NO_HITS
+    number_found = numbers_grammar.number_mentions(text) if digits or _has_zh_numeral(text) else ()
+    date_found = numbers_grammar.date_mentions(text) if digits else ()
     acronyms = frozenset(ACRONYM.findall(text))
     names = {m.strip() for m in NAME.findall(text) if len(m.strip()) > 2}
     has_url = "http" in text or "www." in text
     return Signals(
-        numbers=frozenset(normalise_number(t) for t in number_tokens),
-        number_hits=len(number_tokens),
-        dates=frozenset(d.lower() for d in date_tokens),
-        date_hits=len(date_tokens),
+        numbers=frozenset(m.value for m in number_found),
+        number_hits=len(number_found),
+        dates=frozenset(d.label for d in date_found),
+        date_hits=len(date_found),
         unit_hits=len(UNIT.findall(text)) if digits else 0,
         entities=frozenset(names | acronyms | (set(QUOTED_ZH.findall(text)) if _has_quote(text) else set())),
         identifiers=frozenset(IDENTIFIER.findall(text)) if _IDENTIFIER_HINT.search(text) else frozenset(),
@@ -237,6 +220,10 @@ def signals(text: str) -> Signals:
                              else set())
                             | ({m[:40] for m in CODE.findall(text)} if "`" in text else set())),
     )
+
+
+def _has_zh_numeral(text: str) -> bool:
+    return _ZH_NUMERAL_HINT.search(text) is not None
 
 
 def _has_quote(text: str) -> bool:

@@ -22,7 +22,7 @@ import regex
 
 from compactor.formats.compaction import KINDS, SUMMARY_MARK
 from compactor.plugins.compress import history as hx
-from compactor.text.terms import DATE
+from compactor.text.numbers import DATE, YEAR, date_key
 
 Kind = Literal["coding", "tool", "chat", "meeting"]
 __all__ = ["AGENT_KINDS", "KINDS", "detect_kind", "has_time_reference", "parse_date", "resolve_relative",
@@ -51,14 +51,6 @@ def detect_kind(history: hx.History) -> Kind:
 
 # -- dates -----------------------------------------------------------------------------------------
 
-_MONTHS = {m: i for i, names in enumerate(
-    ("jan january", "feb february", "mar march", "apr april", "may", "jun june", "jul july", "aug august",
-     "sep sept september", "oct october", "nov november", "dec december"), 1) for m in names.split()}
-_ISO = regex.compile(r"(?<!\d)(\d{4})-(\d{1,2})-(\d{1,2})(?!\d)")
-_DAY_MONTH = regex.compile(r"(?i)\b(\d{1,2})(?:st|nd|rd|th)?\s+([A-Za-z]{3,9})\.?,?\s+(\d{4})\b")
-_MONTH_DAY = regex.compile(r"(?i)\b([A-Za-z]{3,9})\.?\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b")
-_ZH_DATE = regex.compile(r"(\d{4})年(\d{1,2})月(\d{1,2})[日号]")
-_SLASH = regex.compile(r"(?<!\d)(\d{4})/(\d{1,2})/(\d{1,2})(?!\d)")
 _KEPT_FROM = regex.compile(
     r"(?:kept verbatim below \(from m\d+\) are from |起的消息日期：)(\d{4}-\d{2}-\d{2})")
 #: A session marker opens with one of these words ("Session 3 - 8 May 2023", "Date: 2023-05-08").
@@ -78,19 +70,14 @@ def parse_date(value: object) -> dt.date | None:
             return None
     if not isinstance(value, str):
         return None
-    text = value[:200]
-    for pattern, order in ((_ISO, "ymd"), (_SLASH, "ymd"), (_ZH_DATE, "ymd"), (_DAY_MONTH, "dmy"),
-                           (_MONTH_DAY, "mdy")):
-        for match in pattern.finditer(text):
-            parts = dict(zip(order, match.groups(), strict=True))
-            month = parts["m"]
-            number = int(month) if month.isdigit() else _MONTHS.get(month.lower())
-            if number is None:
-                continue
-            try:
-                return dt.date(int(parts["y"]), number, int(parts["d"]))
-            except ValueError:
-                continue
+    for match in DATE.finditer(value[:200]):  # the one date grammar (`compactor.text.numbers`)
+        year, month, day = date_key(match)
+        if year is None or month is None or day is None:
+            continue
+        try:
+            return dt.date(year, month, day)
+        except ValueError:
+            continue
     return None
 
 
@@ -226,7 +213,7 @@ def has_time_reference(text: str) -> bool:
     """Whether a sentence dates something (a date, a weekday, a month or a relative date)."""
     relative = any(not m.group("today") and m.group("zh") not in ("今天",)  # "today" dates nothing
                    for m in _RELATIVE.finditer(text))
-    return bool(relative or DATE.search(text) or _WEEKDAY_OR_MONTH.search(text))
+    return bool(relative or DATE.search(text) or YEAR.search(text) or _WEEKDAY_OR_MONTH.search(text))
 
 
 _WEEKDAY_OR_MONTH = regex.compile(

@@ -1,0 +1,72 @@
+"""One number/date grammar: the LLM guard and validate.loss agree on what a number is."""
+
+from __future__ import annotations
+
+import pytest
+
+from compactor.document import Chunk, Context
+from compactor.plugins.validate import loss_report
+from compactor.text import numbers as nb
+from compactor.text.fidelity import find_invented
+from compactor.text.terms import signals
+
+#: (source, a faithful restatement in other spellings, an unfaithful one, the number it changes)
+CASES = [
+    ("Prices rose 3.5% this quarter.", "Prices rose 3.5 percent this quarter.",
+     "Prices rose 4.5% this quarter.", "3.5"),
+    ("We shipped 1,200 units.", "We shipped 1200 units.", "We shipped 1,300 units.", "1200"),
+    ("The launch was on 2024-05-01.", "The launch was on May 1, 2024.", "The launch was on 2024-06-01.",
+     "2024-05-01"),
+    ("Revenue reached $4.1 million.", "Revenue reached 4,100,000 dollars.", "Revenue reached $4.2 million.",
+     "4100000"),
+    ("会议有三百人参加。", "会议有300人参加。", "会议有四百人参加。", "300"),
+    ("销售额为12万元。", "销售额为120000元。", "销售额为13万元。", "120000"),
+    ("增长了百分之五十。", "增长了50%。", "增长了百分之六十。", "50"),
+    ("项目于2024年5月1日启动。", "项目于2024-05-01启动。", "项目于2024年6月1日启动。", "2024-05-01"),
+]
+
+
+def _loss(source: str, output: str) -> dict:
+    chunk = Chunk(id="s-0000", source_id="s", index=0, start=0, end=len(source), text=source, tokens=10)
+    return loss_report(Context(chunks=(chunk,), output=output))["categories"]["numbers_dates"]
+
+
+@pytest.mark.parametrize(("source", "faithful", "unfaithful", "item"), CASES)
+def test_guard_and_loss_agree(source: str, faithful: str, unfaithful: str, item: str) -> None:
+    # a restatement in other spellings: the guard finds nothing invented, the loss report nothing lost
+    assert not [f for f in find_invented(faithful, source) if f.kind in ("number", "date")]
+    assert _loss(source, faithful)["retention"] == 1.0
+    # a changed number: the guard flags it and the loss report names the source's value as lost
+    assert [f for f in find_invented(unfaithful, source) if f.kind in ("number", "date")]
+    lost = _loss(source, unfaithful)
+    assert lost["retention"] < 1.0 and item in lost["lost"]
+
+
+@pytest.mark.parametrize(("text", "values"), [
+    ("3.5%", {"3.5"}), ("1,200", {"1200"}), ("12万", {"120000"}), ("三百", {"300"}),
+    ("1.2 million users", {"1200000"}), ("百分之五十", {"50"}),
+])
+def test_signals_read_numbers_with_the_grammar(text: str, values: set[str]) -> None:
+    assert set(signals(text).numbers) == values
+    assert {m.value for m in nb.number_mentions(text)} == values
+
+
+def test_dates_are_one_date_in_every_spelling() -> None:
+    spellings = ["2024-05-01", "May 1, 2024", "1 May 2024", "05/01/2024", "2024年5月1日", "2024/5/1"]
+    assert {m.label for s in spellings for m in nb.date_mentions(s)} == {"2024-05-01"}
+    assert nb.date_mentions("25/12/2024")[0].key == (2024, 12, 25)  # day first when it must be
+    assert signals("due 2024-05-01").dates == frozenset({"2024-05-01"})
+
+
+def test_what_is_not_a_number() -> None:
+    assert nb.number_mentions("1. First item\n2. Second item") == []  # list markers
+    assert nb.number_mentions("run x86 on v4") == []
+    assert nb.number_mentions("一些人说万一") == []
+    assert [m.value for m in nb.number_mentions("on 2024-05-01 we sold 7")] == ["7"]  # a date's digits
+    assert {v for _, vs in nb.number_values("on 2024-05-01") for v in vs} >= {"2024"}  # unless asked
+
+
+def test_the_guard_uses_the_grammar_module() -> None:
+    import compactor.text.fidelity as fidelity
+
+    assert fidelity._NUMBER is nb.NUMBER and fidelity._DATE is nb.DATE
