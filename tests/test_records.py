@@ -112,6 +112,10 @@ def test_message_and_segment_lists_are_one_document_everywhere_but_batch(tmp_pat
     [from_python] = sources_from_records(messages)
     assert from_file.kind == from_python.kind == "conversation"
     assert from_file.text == from_python.text and from_file.uri == str(path)
+    # a record may name a role beside its messages: still one conversation per record
+    agents = [{"role": "planner", **RECORDS[4]}, {"role": "coder", **RECORDS[4], "id": "m2"}]
+    assert [(s.kind, s.uri) for s in sources_from_records(agents)] == [("conversation", "m1"),
+                                                                       ("conversation", "m2")]
     [segments] = sources_from_records(RECORDS[5]["segments"])
     assert segments.kind == "transcript" and len(segments.segments) == 2
     out = tmp_path / "out.jsonl"

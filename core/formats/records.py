@@ -44,6 +44,7 @@ item `i` of a JSON list (the line the item starts on), `records[i]` for a Python
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -91,7 +92,7 @@ def record_source(item: Item, *, whole: bool = False) -> Source:
     record, where = item.record, item.where
     if not isinstance(record, Mapping):
         raise InputError(f"{where}: expected a JSON object (a record), got {_type(record)}")
-    if isinstance(record.get("role"), str):
+    if _is_message(record):
         raise InputError(f"{where}: a chat message, not a document record; give a conversation as "
                          "`messages` (a list of messages)")
     field = next((f for f in BODY_FIELDS if record.get(f) is not None), None)
@@ -134,7 +135,7 @@ def records_sources(items: list[Item], name: str, uri: str | None = None) -> lis
     first = items[0].record
     if not isinstance(first, Mapping):
         raise InputError(f"{items[0].where}: expected a JSON object (a record), got {_type(first)}")
-    if isinstance(first.get("role"), str):
+    if _is_message(first):
         return [conversation_source([parse_message(as_mapping(i.record, i.where), i.where) for i in items],
                                     uri)]
     if _is_segment(first):
@@ -186,7 +187,7 @@ def json_items(text: str, name: str) -> list[Item]:
     except json.JSONDecodeError as exc:
         raise InputError(f"{name}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
     if isinstance(data, dict):
-        line = text.count("\n", 0, _JSON_SPACE.match(text).end()) + 1
+        line = text.count("\n", 0, _skip_space(text, 0)) + 1
         return [Item(data, f"{name}:{line}", _uri(name))]
     if not isinstance(data, list):
         raise InputError(f"{name}: expected a JSON object (a record) or a list of records, messages or "
@@ -198,19 +199,30 @@ def json_items(text: str, name: str) -> list[Item]:
 def _item_lines(text: str) -> Iterator[int]:
     """The line each item of a valid JSON list starts on (a second, position-keeping parse)."""
     decoder = json.JSONDecoder()
-    position = _JSON_SPACE.match(text).end() + 1  # past the `[`
+    position = _skip_space(text, 0) + 1  # past the `[`
     line, counted = 1, 0
     while True:
-        position = _JSON_SPACE.match(text, position).end()
+        position = _skip_space(text, position)
         if text[position] == "]":
             return
         line += text.count("\n", counted, position)
         counted = position
         yield line
         _, position = decoder.raw_decode(text, position)
-        position = _JSON_SPACE.match(text, position).end()
+        position = _skip_space(text, position)
         if text[position] == ",":
             position += 1
+
+
+def _skip_space(text: str, position: int) -> int:
+    match = _JSON_SPACE.match(text, position)
+    return match.end() if match else position
+
+
+def _is_message(record: Mapping[str, Any]) -> bool:
+    """A chat message (`role`), not a record that names a role beside its `messages` or `segments`."""
+    return isinstance(record.get("role"), str) and record.get("messages") is None \
+        and record.get("segments") is None
 
 
 def _is_segment(record: Mapping[str, Any]) -> bool:
@@ -253,7 +265,7 @@ def decode_bytes(data: bytes, name: str) -> str:
     return text
 
 
-def read_paths(paths: Iterable[str | Path], stdin: BinaryIO | None = None) -> list[Source]:
+def read_paths(paths: Iterable[str | os.PathLike[str]], stdin: BinaryIO | None = None) -> list[Source]:
     """Sources from files, directories (recursively, known extensions) and `-` for stdin."""
     sources: list[Source] = []
     for raw in map(str, paths):
