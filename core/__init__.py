@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names, for type checkers; at run time they load on first use
@@ -155,7 +155,7 @@ __version__ = "0.1.0"
 
 
 def compress(
-    text: str | Source | Iterable[Source],
+    text: str | Source | Iterable[Source | Mapping[str, Any]] | Mapping[str, Any] | os.PathLike[str],
     *,
     query: str | None = None,
     budget: int | None = None,
@@ -168,13 +168,17 @@ def compress(
     `Pipeline`; `plugins` add third-party components to a named pipeline, `llm` (True, a settings
     mapping or `LLMSettings`) enables the pipeline's guarded LLM steps.
 
+    `text` may also be input records (a mapping or a list of them: `{"text" | "content" | "html" |
+    "messages" | "segments", "url"?, "title"?, "id"?, ...}`) or a path to a records, text, HTML or
+    subtitle file, read as `compactor-run` and batch mode read them (`compactor.formats.records`).
+
     A named pipeline is resolved once while its file, the plugins and the environment stay the same
     (see `compactor.pipeline.resolved_pipeline`), so a call costs the compression, not the set-up.
     """
-    from compactor.apps.common import llm_mapping, pipeline_for
+    from compactor.apps.common import inputs_of, llm_mapping, pipeline_for
 
     return pipeline_for(pipeline, plugins).run(
-        text, query=query, budget=budget, output_format=output_format, llm=llm_mapping(llm)
+        inputs_of(text), query=query, budget=budget, output_format=output_format, llm=llm_mapping(llm)
     ).output or ""
 
 

@@ -441,7 +441,8 @@ def test_cli_compacts_a_history_to_json_messages_or_markdown(tmp_path: Path) -> 
     broken.write_text(json.dumps([{"role": "user", "content": "hi"}, {"content": "no role"}]),
                       encoding="utf-8")
     bad = run_cli("conversation", str(broken), "--budget", "100")
-    assert bad.returncode == 2 and "broken.json:2: a message needs a string `role`" in bad.stderr
+    # the item's line and its index (item 1 starts on line 1 of this one-line list)
+    assert bad.returncode == 2 and "broken.json:1: [1]: a message needs a string `role`" in bad.stderr
 
 
 # -- topic switching (seed 001) --------------------------------------------------------------------

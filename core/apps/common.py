@@ -1,5 +1,5 @@
 """What every application face shares: one way to name a pipeline (a shipped name, a file or a
-`Pipeline`, with `plugins`) and LLM settings as a mapping."""
+`Pipeline`, with `plugins`), LLM settings as a mapping, and inputs read as the CLI reads them."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from compactor.document import Context, Source
 from compactor.errors import InputError
 from compactor.llm.client import LLMSettings
 from compactor.pipeline import Pipeline, resolved_pipeline
@@ -45,3 +46,23 @@ def llm_mapping(llm: Any) -> dict[str, Any] | None:
         return dict(llm)
     raise InputError(f"llm must be None, True, a mapping of LLM settings or LLMSettings, "
                      f"not {type(llm).__name__}")
+
+
+def inputs_of(inputs: Any) -> Any:
+    """What `Pipeline.run` takes, from what a face accepts: records (a mapping, or a list holding
+    mappings) and records files (a path) are read by `compactor.formats.records`, the reader of
+    `compactor-run` and batch mode, so every face accepts the same records; text, Sources and
+    Contexts pass through (and are checked by `Pipeline.run`)."""
+    from compactor.formats.records import Item, read_paths, record_source, sources_from_records
+
+    if isinstance(inputs, os.PathLike):
+        return read_paths([inputs])
+    if isinstance(inputs, Mapping):
+        return sources_from_records(inputs)
+    if isinstance(inputs, str | bytes | bytearray | Source | Context) or not isinstance(inputs, Iterable):
+        return inputs
+    items = list(inputs)
+    if items and all(isinstance(i, Mapping) for i in items):
+        return sources_from_records(items)
+    return [record_source(Item(i, f"records[{n}]")) if isinstance(i, Mapping) else i
+            for n, i in enumerate(items)]

@@ -1,16 +1,53 @@
-"""Reading inputs into `Source`s: files, directories, stdin, search results, messages, transcripts.
+"""Reading inputs into `Source`s: one record schema for the CLI, batch mode and the Python API.
 
-Formats are chosen by extension, or sniffed for stdin: HTML, JSONL search results `{url, content}`,
-JSON message lists (OpenAI chat format, or `{"messages": [...]}`), SRT/VTT, JSON transcript segments
-`{index, start, end, text, speaker?}`, otherwise plain text or Markdown. Bad input gets an InputError
-that names the file (and line), never a traceback.
+A **record** is a JSON object (from Python, a mapping) holding one document. Its body is the first
+of these fields that is present and not null:
+
+    messages   a list of chat messages (OpenAI chat, legacy functions or content blocks): a conversation
+    segments   a list of transcript segments `{start, end, text, index?, speaker?}` (also `start_time`,
+               `end_time`, and `sentence`/`content`/`transcript` for the text): a transcript
+    html       a string: a web page
+    content    a string: a web page when the record has a `url` or the string looks like HTML, else text
+    text       a string: plain text
+
+Optional fields:
+
+    id         the document's name: batch output's `id`, a conversation's or transcript's name
+    url, uri   where the document came from (`Source.uri`)
+    title      a string (a number is taken as its text)
+    filename   a transcript's file name (before `id`)
+    query      batch mode: this document's question (a string), over `--query`
+    budget     batch mode: this document's token budget (a positive integer), over `--budget`
+    ...        every other field (`topic`, `query` and `budget` outside batch mode, `id`) is kept in
+               `Source.metadata`; the body fields and `url`/`uri`/`title` are not
+
+Where records come from, read by the same functions everywhere:
+
+    file.jsonl   one record per line (blank lines skipped)
+    file.json    a list of records, or one record
+    batch mode   `compactor-run PIPELINE corpus.jsonl --out results.jsonl`: every line is one record,
+                 run on its own (`compactor.ops.batch`)
+    Python       `compactor.compress(record)`, `compactor.compress([records])`,
+                 `compactor.compress(Path("results.jsonl"))`; `sources_from_records`, `read_paths`
+
+Two shapes of a whole file (or Python list) are one document, not one per record: a list of chat
+messages (its first item has a `role`) is one conversation, a list of transcript segments (its first
+item has `start` and `end`) one transcript. Batch mode reads each line as a document, so a line with a
+`role` is refused there. Other files, by extension: `.html`/`.htm`/`.xhtml` a web page, `.srt`/`.vtt`
+subtitles, anything else plain text (or Markdown); stdin's format is sniffed.
+
+Every problem is an `InputError` that says where: `file:line` for a JSONL line, `file:line: [i]` for
+item `i` of a JSON list (the line the item starts on), `records[i]` for a Python list; then the field
+(`` `text` must be a string, not int ``, `` `messages`[2]: a message needs a string `role` ``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -18,17 +55,201 @@ import regex
 
 from compactor.document import Source, SourceKind, TranscriptSegment
 from compactor.errors import InputError
-from compactor.formats.messages import conversation_source, parse_message
+from compactor.formats.messages import as_mapping, conversation_source, parse_message
 from compactor.formats.transcripts import segment_from, transcript_source
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".rst", ".text"}
 HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
 KNOWN_SUFFIXES = TEXT_SUFFIXES | HTML_SUFFIXES | {".json", ".jsonl", ".srt", ".vtt"}
+#: A record's body fields, in the order they are looked for.
+BODY_FIELDS = ("messages", "segments", "html", "content", "text")
+#: Fields that become `Source` attributes, not metadata.
+_OWN_FIELDS = frozenset({*BODY_FIELDS, "url", "uri", "title"})
 _HTML_SNIFF = regex.compile(r"^\s*(?:<!doctype\s+html|<html|<head|<body|<(?:div|p|article)\b)",
                             regex.IGNORECASE)
 _TIMESTAMP = regex.compile(
     r"(?:(\d+):)?(\d{1,2}):(\d{2})[.,](\d{1,3})\s*-->\s*(?:(\d+):)?(\d{1,2}):(\d{2})[.,](\d{1,3})"
 )
+_JSON_SPACE = regex.compile(r"[ \t\n\r]*")
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One record and where it came from: `where` opens every error about it (`file:line`,
+    `file:line: [i]`, `records[i]`), `label` names a conversation or transcript without an `id`."""
+
+    record: Any
+    where: str
+    label: str | None = None
+
+
+# -- records ---------------------------------------------------------------------------------------
+
+
+def record_source(item: Item, *, whole: bool = False) -> Source:
+    """The source of one record (see the module docstring). `whole`: the record is the entire input
+    (a batch line), so a blank body is an error rather than one empty source among others."""
+    record, where = item.record, item.where
+    if not isinstance(record, Mapping):
+        raise InputError(f"{where}: expected a JSON object (a record), got {_type(record)}")
+    if _is_message(record):
+        raise InputError(f"{where}: a chat message, not a document record; give a conversation as "
+                         "`messages` (a list of messages)")
+    field = next((f for f in BODY_FIELDS if record.get(f) is not None), None)
+    if field is None:
+        found = ", ".join(f"`{k}`" for k in list(record)[:8]) or "none"
+        raise InputError(f"{where}: a record needs `text`, `content`, `html`, `messages` or `segments` "
+                         f"(fields found: {found})")
+    value = record[field]
+    uri = _optional_text(record, "url", where) or _optional_text(record, "uri", where)
+    title = _optional_text(record, "title", where)
+    name = str(record["id"]) if record.get("id") is not None else item.label
+    metadata = {k: v for k, v in record.items() if k not in _OWN_FIELDS}
+    if field in ("messages", "segments"):
+        if not isinstance(value, list | tuple):
+            raise InputError(f"{where}: `{field}` must be a list, not {_type(value)}")
+        if not value:
+            raise InputError(f"{where}: `{field}` is empty")
+        if field == "messages":
+            messages = [parse_message(as_mapping(m, f"{where}: `messages`[{i}]"), f"{where}: `messages`[{i}]")
+                        for i, m in enumerate(value)]
+            return conversation_source(messages, name, metadata=metadata)
+        file = _optional_text(record, "filename", where) or name
+        return transcript_source([_segment(s, i, f"{where}: `segments`[{i}]") for i, s in enumerate(value)],
+                                 file)
+    if not isinstance(value, str):
+        raise InputError(f"{where}: `{field}` must be a string, not {_type(value)}")
+    if whole and not value.strip():
+        raise InputError(f"{where}: `{field}` is empty")
+    kind: SourceKind = "text"
+    if field == "html" or (field == "content" and (uri or _HTML_SNIFF.match(value[:2048]))):
+        kind = "web_page"
+    return Source.from_text(value, kind=kind, uri=uri, title=title, metadata=metadata)
+
+
+def records_sources(items: list[Item], name: str, uri: str | None = None) -> list[Source]:
+    """Sources of a whole file's (or Python list's) records: one conversation when the first is a
+    chat message, one transcript when it is a segment (both named `uri`), else one per record."""
+    if not items:
+        raise InputError(f"{name}: the input is empty")
+    first = items[0].record
+    if not isinstance(first, Mapping):
+        raise InputError(f"{items[0].where}: expected a JSON object (a record), got {_type(first)}")
+    if _is_message(first):
+        return [conversation_source([parse_message(as_mapping(i.record, i.where), i.where) for i in items],
+                                    uri)]
+    if _is_segment(first):
+        return [transcript_source([_segment(i.record, n, i.where) for n, i in enumerate(items)], uri)]
+    return [record_source(i) for i in items]
+
+
+def sources_from_records(records: Mapping[str, Any] | Iterable[Any], name: str = "records") -> list[Source]:
+    """Sources of Python records: one mapping, or a list of them (`records[i]` in errors), read as a
+    records file is."""
+    if isinstance(records, Mapping):
+        return records_sources([Item(records, "record")], "record")
+    return records_sources([Item(r, f"{name}[{i}]") for i, r in enumerate(records)], name)
+
+
+def run_options(record: Mapping[str, Any], where: str) -> tuple[str | None, int | None]:
+    """A batch record's own `query` and `budget`, checked."""
+    query, budget = record.get("query"), record.get("budget")
+    if query is not None and not isinstance(query, str):
+        raise InputError(f"{where}: `query` must be a string, not {_type(query)}")
+    if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0):
+        raise InputError(f"{where}: `budget` must be a positive integer, not {budget!r}")
+    return query, budget
+
+
+def parse_line(line: str | bytes, name: str, number: int) -> Any:
+    """One JSONL line's value, or an InputError at `name:number[:column]`."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{name}:{number}:{exc.colno}: invalid JSON line: {exc.msg}") from None
+    except UnicodeDecodeError as exc:
+        byte = exc.object[exc.start]
+        raise InputError(f"{name}:{number}:{exc.start + 1}: invalid UTF-8 (byte 0x{byte:02x}); "
+                         "convert the file to UTF-8") from None
+
+
+def jsonl_items(text: str, name: str) -> list[Item]:
+    """The records of a JSONL text, each located at its line."""
+    return [Item(parse_line(line, name, number), f"{name}:{number}", f"{name}#{number}")
+            for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+
+
+def json_items(text: str, name: str) -> list[Item]:
+    """The records of a JSON text: a list's items (each at the line it starts on, with its index),
+    or one object."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{name}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+    if isinstance(data, dict):
+        line = text.count("\n", 0, _skip_space(text, 0)) + 1
+        return [Item(data, f"{name}:{line}", _uri(name))]
+    if not isinstance(data, list):
+        raise InputError(f"{name}: expected a JSON object (a record) or a list of records, messages or "
+                         f"segments, got {_type(data)}")
+    return [Item(record, f"{name}:{line}: [{i}]", f"{name}[{i}]")
+            for i, (record, line) in enumerate(zip(data, _item_lines(text), strict=True))]
+
+
+def _item_lines(text: str) -> Iterator[int]:
+    """The line each item of a valid JSON list starts on (a second, position-keeping parse)."""
+    decoder = json.JSONDecoder()
+    position = _skip_space(text, 0) + 1  # past the `[`
+    line, counted = 1, 0
+    while True:
+        position = _skip_space(text, position)
+        if text[position] == "]":
+            return
+        line += text.count("\n", counted, position)
+        counted = position
+        yield line
+        _, position = decoder.raw_decode(text, position)
+        position = _skip_space(text, position)
+        if text[position] == ",":
+            position += 1
+
+
+def _skip_space(text: str, position: int) -> int:
+    match = _JSON_SPACE.match(text, position)
+    return match.end() if match else position
+
+
+def _is_message(record: Mapping[str, Any]) -> bool:
+    """A chat message (`role`), not a record that names a role beside its `messages` or `segments`."""
+    return isinstance(record.get("role"), str) and record.get("messages") is None \
+        and record.get("segments") is None
+
+
+def _is_segment(record: Mapping[str, Any]) -> bool:
+    return (("start" in record or "start_time" in record) and ("end" in record or "end_time" in record)
+            and not any(record.get(f) is not None for f in ("messages", "segments", "html")))
+
+
+def _segment(record: Any, position: int, where: str) -> TranscriptSegment:
+    if not isinstance(record, Mapping):
+        raise InputError(f"{where}: a transcript segment must be an object, not {_type(record)}")
+    return segment_from(record, position, where)
+
+
+def _optional_text(record: Mapping[str, Any], field: str, where: str) -> str | None:
+    value = record.get(field)
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    raise InputError(f"{where}: `{field}` must be a string, not {_type(value)}")
+
+
+def _type(value: Any) -> str:
+    return {dict: "an object", list: "a list", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+# -- files -----------------------------------------------------------------------------------------
 
 
 def decode_bytes(data: bytes, name: str) -> str:
@@ -44,10 +265,10 @@ def decode_bytes(data: bytes, name: str) -> str:
     return text
 
 
-def read_paths(paths: Iterable[str], stdin: BinaryIO | None = None) -> list[Source]:
+def read_paths(paths: Iterable[str | os.PathLike[str]], stdin: BinaryIO | None = None) -> list[Source]:
     """Sources from files, directories (recursively, known extensions) and `-` for stdin."""
     sources: list[Source] = []
-    for raw in paths:
+    for raw in map(str, paths):
         if raw == "-":
             stream = stdin if stdin is not None else sys.stdin.buffer
             sources.extend(parse_text(decode_bytes(stream.read(), "<stdin>"), "<stdin>", None))
@@ -87,20 +308,9 @@ def parse_text(text: str, name: str, suffix: str | None) -> list[Source]:
     if suffix in HTML_SUFFIXES:
         return [Source.from_text(text, kind="web_page", uri=_uri(name), title=None)]
     if suffix == ".jsonl":
-        return _from_records(list(_jsonl(text, name)), name)
+        return records_sources(jsonl_items(text, name), name, _uri(name))
     if suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{name}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
-        if isinstance(data, dict) and isinstance(data.get("messages"), list):
-            data = data["messages"]
-        if isinstance(data, dict) and isinstance(data.get("segments"), list):
-            data = data["segments"]
-        if not isinstance(data, list):
-            raise InputError(f"{name}: expected a JSON list of messages, segments or "
-                             "{url, content} results")
-        return _from_records([(i + 1, r) for i, r in enumerate(data)], name)
+        return records_sources(json_items(text, name), name, _uri(name))
     if suffix in (".srt", ".vtt"):
         return [transcript_source(parse_subtitles(text, name), _uri(name))]
     if not text.strip():
@@ -129,63 +339,6 @@ def _sniff(text: str) -> str:
     if _TIMESTAMP.search(head) and regex.match(r"\s*\d+\s*\n", head):
         return ".srt"
     return ".txt"
-
-
-def _jsonl(text: str, name: str) -> Iterator[tuple[int, Any]]:
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{name}:{number}:{exc.colno}: invalid JSON line: {exc.msg}") from None
-
-
-def _from_records(records: list[tuple[int, Any]], name: str) -> list[Source]:
-    """Search results, chat messages or transcript segments, decided by the first record."""
-    if not records:
-        raise InputError(f"{name}: the input is empty")
-    first = records[0][1]
-    if not isinstance(first, dict):
-        raise InputError(f"{name}:{records[0][0]}: expected JSON objects, got {type(first).__name__}")
-    if "role" in first:
-        return [conversation_source([parse_message(r, f"{name}:{n}") for n, r in records], _uri(name))]
-    if isinstance(first.get("messages"), list):
-        return [_conversation_record(r, name, n) for n, r in records]
-    if "start" in first and "text" in first:
-        return [transcript_source([_segment(r, name, n, i) for i, (n, r) in enumerate(records)],
-                                  _uri(name))]
-    sources = []
-    for number, record in records:
-        if not isinstance(record, dict) or not isinstance(record.get("content"), str):
-            raise InputError(f"{name}:{number}: a search result needs a string `content` "
-                             "(and usually `url`)")
-        content = record["content"]
-        url = record.get("url")
-        kind: SourceKind = "web_page" if url or _HTML_SNIFF.match(content[:2048]) else "text"
-        sources.append(Source.from_text(content, kind=kind, uri=url, title=record.get("title"),
-                                        metadata={k: v for k, v in record.items()
-                                                  if k not in ("content", "url", "title")}))
-    return sources
-
-
-def _conversation_record(record: Any, name: str, number: int) -> Source:
-    """One conversation per JSONL record `{"id"?, "messages": [...], ...}` (a batch of histories)."""
-    if not isinstance(record, dict) or not isinstance(record.get("messages"), list):
-        raise InputError(f"{name}:{number}: expected a record with a `messages` list")
-    where = f"{name}:{number}"
-    messages = [parse_message(m, f"{where}: message {i}") for i, m in enumerate(record["messages"])]
-    if not messages:
-        raise InputError(f"{where}: the message list is empty")
-    label = str(record.get("id")) if record.get("id") is not None else f"{name}#{number}"
-    return conversation_source(messages, label,
-                               metadata={k: v for k, v in record.items() if k != "messages"})
-
-
-def _segment(record: Any, name: str, number: int, position: int) -> TranscriptSegment:
-    if not isinstance(record, dict):
-        raise InputError(f"{name}:{number}: a transcript segment must be an object")
-    return segment_from(record, position, f"{name}:{number}")
 
 
 def parse_subtitles(text: str, name: str) -> list[TranscriptSegment]:

@@ -4,8 +4,9 @@
     compactor-run pipeline.yaml corpus.jsonl --out results.jsonl --executor dask  # local cluster
     compactor-run pipeline.yaml corpus.jsonl --out results.jsonl --executor dask --scheduler tcp://h:8786
 
-Every input line is one document `{"id", ...}`: `text`, `content` (+ `url`), `html`, `messages` (a
-conversation) or `segments` (a transcript), with optional `query` and `budget`. Every output line is
+Every input line is one document record (`compactor.formats.records`, the schema the CLI and the
+Python API read too): `text`, `content` (+ `url`), `html`, `messages` (a conversation) or `segments`
+(a transcript), with optional `id`, `query` and `budget`. Every output line is
 `{"id", "ok", "output", "input_tokens", "output_tokens", "seconds"}` or `{"id", "ok": false,
 "error"}`, written as soon as it is known, in input order. Memory is bounded by the number of
 documents in flight, not by the corpus. On restart, ids already in the output are skipped (a torn
@@ -49,30 +50,6 @@ class BatchStats:
 # -- documents -------------------------------------------------------------------------------------
 
 
-def document_sources(record: Mapping[str, Any], where: str) -> list[Any]:
-    """The sources of one corpus record."""
-    from compactor.document import Source, SourceKind
-    from compactor.formats.messages import conversation_source, read_messages
-    from compactor.formats.transcripts import read_results
-
-    uri = record.get("url") or record.get("uri")
-    if isinstance(record.get("messages"), list):
-        return [conversation_source(read_messages(record["messages"], where), str(record.get("id")))]
-    if isinstance(record.get("segments"), list):
-        return read_results({"filename": record.get("filename") or record.get("id"),
-                             "segments": record["segments"]}, where)
-    readers: tuple[tuple[str, SourceKind | None], ...] = (("html", "web_page"), ("content", None),
-                                                        ("text", "text"))
-    for key, kind in readers:
-        value = record.get(key)
-        if isinstance(value, str):
-            if not value.strip():
-                raise InputError(f"{where}: `{key}` is empty")
-            return [Source.from_text(value, kind=kind or ("web_page" if uri else "text"),
-                                     uri=str(uri) if uri else None, title=record.get("title"))]
-    raise InputError(f"{where}: a document needs `text`, `content`, `html`, `messages` or `segments`")
-
-
 @functools.lru_cache(maxsize=4)
 def _pipeline(text: str, label: str, runs: str | None = None) -> Any:
     """The pipeline, built once per process; with `runs` (a SQLite path) every run is recorded."""
@@ -85,22 +62,22 @@ def _pipeline(text: str, label: str, runs: str | None = None) -> Any:
 
 
 def run_document(pipeline: tuple[str, ...], record: Mapping[str, Any], line: int,
-                 output_format: str | None = None,
-                 defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Compress one record (in whichever process runs it); never raises for a bad document. The
-    record's `query` and `budget` win over `defaults` (the command line's)."""
-    record = {**(defaults or {}), **record}
+                 output_format: str | None = None, defaults: Mapping[str, Any] | None = None,
+                 name: str = "<corpus>") -> dict[str, Any]:
+    """Compress one record, line `line` of corpus `name` (in whichever process runs it); never raises
+    for a bad document. The record's `query` and `budget` win over `defaults` (the command line's)."""
+    from compactor.formats.records import Item, record_source, run_options
+
+    doc_id = record.get("id", f"line-{line}")
     if "_error" in record:
-        return {"id": record.get("id"), "ok": False, "error": record["_error"], "seconds": 0.0}
+        return {"id": doc_id, "ok": False, "error": record["_error"], "seconds": 0.0}
     started = time.perf_counter()
-    doc_id = record.get("id")
+    where = f"{name}:{line}"
     try:
         runner = _pipeline(*pipeline)
-        sources = document_sources(record, f"line {line}")
-        budget = record.get("budget")
-        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0):
-            raise InputError(f"line {line}: `budget` must be a positive integer, not {budget!r}")
-        context = runner.run(sources, query=record.get("query"), budget=budget, output_format=output_format)
+        source = record_source(Item(record, where, f"{name}#{line}"), whole=True)
+        query, budget = run_options({**(defaults or {}), **record}, where)
+        context = runner.run([source], query=query, budget=budget, output_format=output_format)
         return {"id": doc_id, "ok": True, "output": context.output,
                 "input_tokens": context.input_tokens, "output_tokens": context.output_tokens,
                 "seconds": round(time.perf_counter() - started, 6)}
@@ -146,25 +123,29 @@ def done_ids(out: Path) -> set[str]:
 
 
 def read_corpus(path: Path, stats: BatchStats) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, record) per JSONL line, streamed; records without an id get `line-<n>`. A line
-    that is not a JSON object becomes a record whose `_error` says why (it is reported, not fatal)."""
+    """(line number, record) per JSONL line, streamed; a record without an `id` is known by
+    `line-<n>` (`run_document`). A line that is not a JSON object becomes a record whose `_error`
+    says why (it is reported, not fatal), in the words of the CLI's reader."""
+    from compactor.formats.records import parse_line
+
     try:
         handle = path.open("rb") if str(path) != "-" else sys.stdin.buffer
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    name = "<stdin>" if str(path) == "-" else str(path)
     with handle:
         for number, raw in enumerate(handle, 1):
             stats.bytes_in += len(raw)
             if not raw.strip():
                 continue
             try:
-                record = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
-                record = {"id": f"line-{number}", "_error": f"{path}:{number}: invalid JSON line: {detail}"}
+                record = parse_line(raw, name, number)
+            except InputError as exc:
+                record = {"id": f"line-{number}", "_error": str(exc)}
             if not isinstance(record, dict):
-                record = {"id": f"line-{number}", "_error": f"{path}:{number}: expected a JSON object"}
-            record.setdefault("id", f"line-{number}")
+                record = {"id": f"line-{number}",
+                          "_error": f"{name}:{number}: expected a JSON object (a record), got "
+                                    f"{type(record).__name__}"}
             yield number, record
 
 
@@ -311,6 +292,7 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
     window = window or 4 * workers
     stats = BatchStats()
     defaults = {k: v for k, v in (("query", query), ("budget", budget)) if v is not None}
+    name = "<stdin>" if str(corpus) == "-" else str(corpus)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("a", encoding="utf-8", errors="backslashreplace") as sink:
         skip = done_ids(out)
@@ -371,15 +353,16 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
         try:
             for number, record in read_corpus(corpus, stats):
                 stats.read += 1
-                key = id_key(record["id"])
+                doc_id = record.get("id", f"line-{number}")
+                key = id_key(doc_id)
                 if key in skip:
                     stats.skipped += 1
                     continue
                 if key in seen:
-                    record = {"id": record["id"], "_error": f"line {number}: duplicate id (first on line "
-                                                          f"{seen[key]}); ids must be unique to resume"}
+                    record = {"id": doc_id, "_error": f"{name}:{number}: duplicate id (first on line "
+                                                      f"{seen[key]}); ids must be unique to resume"}
                 seen.setdefault(key, number)
-                args = ((pipeline_text, label, runs), record, number, output_format, defaults)
+                args = ((pipeline_text, label, runs), record, number, output_format, defaults, name)
                 pending[pool.submit(run_document, *args)] = (order, args)
                 order += 1
                 while len(pending) + len(ready) >= window:  # finished results wait for slow ones
