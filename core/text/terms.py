@@ -203,14 +203,18 @@ def signals(text: str) -> Signals:
     digits = _DIGIT.search(text) is not None
     number_found = numbers_grammar.number_mentions(text) if digits or _has_zh_numeral(text) else ()
     date_found = numbers_grammar.date_mentions(text) if digits else ()
+    # Hits weigh information (density, importance): a date's digits and a bare year count too.
+    number_hits = len(numbers_grammar.number_mentions(text, dates=True)) if date_found else len(number_found)
+    year_hits = len(numbers_grammar.YEAR.findall(numbers_grammar.mask(text, numbers_grammar.DATE)
+                                                 if date_found else text)) if digits else 0
     acronyms = frozenset(ACRONYM.findall(text))
     names = {m.strip() for m in NAME.findall(text) if len(m.strip()) > 2}
     has_url = "http" in text or "www." in text
     return Signals(
         numbers=frozenset(m.value for m in number_found),
-        number_hits=len(number_found),
+        number_hits=number_hits,
         dates=frozenset(d.label for d in date_found),
-        date_hits=len(date_found),
+        date_hits=len(date_found) + year_hits,
         unit_hits=len(UNIT.findall(text)) if digits else 0,
         entities=frozenset(names | acronyms | (set(QUOTED_ZH.findall(text)) if _has_quote(text) else set())),
         identifiers=frozenset(IDENTIFIER.findall(text)) if _IDENTIFIER_HINT.search(text) else frozenset(),
