@@ -74,8 +74,9 @@ DATE = regex.compile(
         r"(?<!\d)(?P<zm2>\d{1,2})\s*月\s*(?P<zd2>\d{1,2})\s*[日号]",
     ]),
 )
-#: A bare year ("in 2023"): a number to the grammar above, but a time reference to whoever asks.
-YEAR = regex.compile(r"\b(?:1[5-9]|20)\d{2}\b")
+#: A bare year ("in 2023", "2023年"): a number to the grammar above, but a time reference to
+#: whoever asks (no word boundary between a digit and a Han character, hence the second form).
+YEAR = regex.compile(r"\b(?:1[5-9]|20)\d{2}\b|(?<!\d)\d{2,4}\s*年")
 SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12, "千": 3, "万": 4, "亿": 8}
 _ZH_VALUE = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7,
              "八": 8, "九": 9}
