@@ -20,11 +20,12 @@ from decimal import Decimal, InvalidOperation
 
 import regex
 
+from compactor.text.language import CJK_CLASS as _CJK
+
 __all__ = ["Finding", "find_invented", "invented_facts", "number_values"]
 
 # -- patterns -------------------------------------------------------------------------------------
 
-_CJK = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}"
 _CJK_CHAR = regex.compile(f"[{_CJK}]")
 _URL = regex.compile(r"(?i)\b(?:https?://|www\.)[^\s<>\"'“”‘’（）()\[\]{}，。；！？、]+")
 _EMAIL = regex.compile(r"(?i)\b[a-z0-9][a-z0-9._%+-]*@[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}\b")
