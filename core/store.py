@@ -44,7 +44,7 @@ from typing import Any
 from compactor.document import Chunk, Source
 from compactor.errors import InputError, StoreConflict, StoreError
 from compactor.text import similarity as textsim
-from compactor.text.sentences import detect_lang
+from compactor.text.language import detect_lang
 
 NEAR_DUPLICATE = 0.8
 

@@ -11,7 +11,8 @@ from compactor.document import Chunk, Context, Source, chunk_id
 from compactor.formats.messages import message_chunks
 from compactor.hookspecs import hookimpl
 from compactor.run import Run
-from compactor.text.sentences import detect_lang, split_sentences
+from compactor.text.language import detect_lang
+from compactor.text.sentences import split_sentences
 from compactor.text.spans import pack_units, token_windows, unit_chunks
 from compactor.text.tokens import TokenCounter
 

@@ -30,8 +30,9 @@ from compactor.components import Component, DataPath
 from compactor.document import Chunk, Context, frozen_mapping
 from compactor.hookspecs import hookimpl
 from compactor.run import Run
+from compactor.text.language import detect_lang
 from compactor.text.prefilter import Prefilter
-from compactor.text.sentences import detect_lang, split_sentences
+from compactor.text.sentences import split_sentences
 
 CONTENT_TYPES = ("technical_specification", "code_implementation", "error_information",
                  "user_interaction", "workflow_status", "documentation", "general")

@@ -25,14 +25,12 @@ from compactor.llm import guard as llm_guard
 from compactor.llm.client import LLMClient, LLMSettings
 from compactor.plugins.classify import usable
 from compactor.run import Run
-from compactor.text.sentences import detect_lang
+from compactor.text.language import is_chinese
 
 Policy = Literal["explicit", "severe_loss", "important"]
 PROMPT_PACKAGE = "compactor.plugins"
 PLACEHOLDERS = ("query", "budget", "content")
 _PLACEHOLDER = regex.compile(r"\{(query|budget|content)\}")
-_CJK = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]")
-_LATIN = regex.compile(r"[A-Za-z]")
 #: A chunk at least this important (score `score.importance`) makes the `important` policy call the LLM.
 IMPORTANT = 0.8
 
@@ -201,11 +199,7 @@ class LLMFallback(Component):
     def _lang(self, chunks: list[Chunk]) -> str:
         if self.language != "auto":
             return self.language
-        text = "\n".join(c.text for c in chunks)
-        detected = detect_lang(text)
-        if detected != "mixed":
-            return detected
-        return "zh" if len(_CJK.findall(text)) > len(_LATIN.findall(text)) else "en"
+        return "zh" if is_chinese(c.text for c in chunks) else "en"
 
     def _template(self, lang: str) -> str:
         return template_for(self.prompt, "fallback", lang)

@@ -18,7 +18,7 @@ from typing import Literal
 from compactor.components import Component, DataPath
 from compactor.document import Context, Segment, Source, TranscriptSegment, chunk_id, frozen_mapping
 from compactor.errors import InputError
-from compactor.formats.transcripts import is_chinese, overview
+from compactor.formats.transcripts import overview, spoken
 from compactor.hookspecs import hookimpl
 from compactor.llm.guard import Request, complete_guarded
 from compactor.plugins.compress import facts as fx
@@ -26,8 +26,10 @@ from compactor.plugins.llm import fill, template_for
 from compactor.plugins.score import bm25_scores
 from compactor.run import Run
 from compactor.state import TranscriptOptions
+from compactor.text.language import is_chinese
 from compactor.text.relevance import index_terms
 from compactor.text.sentences import split_sentences
+from compactor.text.terms import is_han
 
 Unit = Literal["chars", "tokens"]
 #: Score a segment takes from the relevant one right before it (an answer follows its question),
@@ -140,7 +142,7 @@ class HierarchicalOrganizer(Component):
             kinds = sorted({s.kind.replace("_", " ") for s in context.sources})
             raise InputError("organize.hierarchical needs transcript segments (SRT or VTT subtitles, "
                              f"or JSON segments); the input has none (it is {' and '.join(kinds)})")
-        lang = self.language if self.language != "auto" else ("zh" if is_chinese(files) else "en")
+        lang = self.language if self.language != "auto" else ("zh" if is_chinese(spoken(files)) else "en")
 
         def measure(text: str) -> int:
             return len(text) if unit == "chars" else run.counter.count(text)
@@ -266,10 +268,10 @@ def match_terms(query: str) -> list[str]:
     """The question's index terms; for Chinese, its character bigrams without the single characters
     (a single common character matches nearly every line)."""
     found = list(index_terms(query))
-    han_bigrams = [t for t in found if len(t) == 2 and all("\u4e00" <= ch <= "\u9fff" for ch in t)]
+    han_bigrams = [t for t in found if len(t) == 2 and all(is_han(ch) for ch in t)]
     if not han_bigrams:
         return found
-    return [t for t in found if not (len(t) == 1 and "\u4e00" <= t <= "\u9fff")]
+    return [t for t in found if not (len(t) == 1 and is_han(t))]
 
 
 def compressed_parts(files: Sequence[Source], lines: dict[str, list[_Line]], kept: dict[str, list[_Line]],

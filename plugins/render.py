@@ -17,6 +17,7 @@ from compactor.plugins.compress.topics import REFERENCES, _titles, render_footno
 from compactor.provenance import OffsetMap, kept_spans, source_map
 from compactor.run import Run
 from compactor.state import CompactionPlan, RunInputs
+from compactor.text.language import is_chinese
 from compactor.text.spans import token_windows
 from compactor.text.tokens import TokenCounter
 
@@ -206,8 +207,7 @@ class FootnoteRenderer(Component):
             segments: Sequence[Segment] = (segment,)
         else:
             segments = context.segments
-        titles = "".join((s.title or "")[:20] for s in segments)
-        lang = "zh" if any("\u4e00" <= ch <= "\u9fff" for ch in titles) else "en"
+        lang = "zh" if is_chinese((s.title or "")[:20] for s in segments) else "en"
         text, numbers = render_footnotes(segments, facts, _titles(context), self.heading or REFERENCES[lang])
         run.note("footnotes", len(numbers))
         return text

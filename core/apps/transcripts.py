@@ -22,9 +22,10 @@ from typing import Any, Literal
 from compactor.apps.common import PipelineArg, llm_mapping, pipeline_for
 from compactor.document import Context, Source
 from compactor.errors import InputError
-from compactor.formats.transcripts import is_chinese, overview, read_results, segments_of, transcript_source
+from compactor.formats.transcripts import overview, read_results, segments_of, spoken, transcript_source
 from compactor.pipeline import Pipeline
 from compactor.state import State, TranscriptOptions
+from compactor.text.language import is_chinese
 
 log = logging.getLogger(__name__)
 Unit = Literal["chars", "tokens"]
@@ -53,7 +54,7 @@ def compress_transcripts(results: Any, *, query: str, budget: int = 2000, unit: 
     except Exception as exc:  # the seed's contract: never break the agent's loop
         log.warning("transcript compression failed (%s: %s); returning the file overview",
                     type(exc).__name__, exc)
-        return overview(sources, is_chinese(sources))
+        return overview(sources, is_chinese(spoken(sources)))
 
 
 def compress_multiple_files_results(question: str, retrieval_results_list: Any, max_length: int = 2000, *,
@@ -107,4 +108,4 @@ def _run(question: str, sources: list[Source], max_length: int, unit: Unit, llm:
     context = Context(sources=tuple(sources), query=question,
                       state=State([TranscriptOptions(options)]))
     result = runner.run(context, output_format="text", llm=settings)
-    return result.output or overview(sources, is_chinese(sources))
+    return result.output or overview(sources, is_chinese(spoken(sources)))

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
+from compactor.text.language import CJK_RANGES
+
 __all__ = ["Block", "Extracted", "extract_main_text"]
 
 
@@ -97,8 +99,7 @@ _SCAN = 40  # how far down the open-element stack implied-close searches look
 # --------------------------------------------------------------------------- text tables
 
 _WS_RE = re.compile(r"[\s\u200b\u200c\u200d\ufeff]+")
-_CJK_CLASS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-_CJK_RE = re.compile(f"[{_CJK_CLASS}]")
+_CJK_RE = re.compile(f"[{CJK_RANGES}]")
 _COMMA_RE = re.compile("[,\u060c\ufe50\ufe10\ufe11\u2e41\u2e34\u2e32\uff0c\u3001\u3002\uff1b]")
 _CJK_WEIGHT = 2  # extra length credited per CJK character: one carries about a word
 _MIN_UNIT = 25  # shortest text run that counts as a paragraph when scoring

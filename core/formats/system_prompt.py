@@ -26,6 +26,7 @@ from compactor.document import Chunk, Message, Source, chunk_id
 from compactor.errors import BudgetError
 from compactor.formats.compaction import SUMMARY_MARK
 from compactor.formats.messages import TOKENS_PER_REPLY, answers, message_tokens
+from compactor.text.language import is_chinese
 from compactor.text.tokens import TokenCounter
 
 if TYPE_CHECKING:
@@ -51,8 +52,6 @@ _EXPAND = "expand_context(ids=[{ids}])"
 _MARKED = regex.compile(r"^" + regex.escape(SUMMARY_MARK) + r" (?:System prompt shortened|系统提示已按)"
                         + r"[^\n]*expand_context\(ids=\[([^\]]*)\]\)[^\n]*\n?")
 _WORD = regex.compile(r"\p{Han}|[\p{L}\p{N}]+")
-_CJK = regex.compile(r"\p{Han}")
-_LATIN = regex.compile(r"[A-Za-z]")
 
 
 def leading_system(messages: Sequence[Message]) -> list[int]:
@@ -115,7 +114,7 @@ def shorten_system(messages: Sequence[Message], costs: Sequence[int], budget: in
         original, cited = _unmarked(message.content)
         cited = cited or [chunk_id(Source.from_text(message.content).id, 0)]  # = system_record's
         ids = ", ".join(f'"{c}"' for c in cited)
-        marker = (_MARK_ZH if _chinese(original) else _MARK_EN).format(mark=SUMMARY_MARK) + _EXPAND.format(
+        marker = (_MARK_ZH if is_chinese(original) else _MARK_EN).format(mark=SUMMARY_MARK) + _EXPAND.format(
             ids=ids)
         overhead = message_tokens(dataclasses.replace(message, content="", tool_calls=(), raw={}), counter)
         room = target - overhead - counter.count(marker + "\n")
@@ -285,12 +284,6 @@ def _unmarked(content: str) -> tuple[str, list[str]]:
 def _is_summary(content: str) -> bool:
     """A summary compactor wrote (not a shortened system prompt, which also carries the mark)."""
     return content.startswith(SUMMARY_MARK) and _MARKED.match(content) is None
-
-
-def _chinese(text: str) -> bool:
-    sample = text[:20000]
-    han = len(_CJK.findall(sample))
-    return han > 0 and han >= len(_LATIN.findall(sample)) / 8
 
 
 __all__ = ["GAP", "SYSTEM_SHARE", "excerpt", "leading_system", "render", "shorten_system", "stable_query",

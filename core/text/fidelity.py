@@ -20,6 +20,7 @@ from decimal import Decimal
 
 import regex
 
+from compactor.text.language import CJK_CLASS as _CJK
 from compactor.text.numbers import DATE as _DATE
 from compactor.text.numbers import LIST_MARKER as _LIST_MARKER
 from compactor.text.numbers import NUMBER as _NUMBER
@@ -35,7 +36,6 @@ __all__ = ["Finding", "find_invented", "invented_facts"]
 
 # -- patterns -------------------------------------------------------------------------------------
 
-_CJK = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}"
 _CJK_CHAR = regex.compile(f"[{_CJK}]")
 _URL = regex.compile(r"(?i)\b(?:https?://|www\.)[^\s<>\"'“”‘’（）()\[\]{}，。；！？、]+")
 _EMAIL = regex.compile(r"(?i)\b[a-z0-9][a-z0-9._%+-]*@[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}\b")

@@ -33,6 +33,7 @@ import regex
 
 from compactor.document import Chunk, Source
 from compactor.text import terms as ts
+from compactor.text.language import HAN_BASIC
 
 _TOKEN = regex.compile(r"(?V1)\p{Han}+|[[\p{L}\p{N}]--\p{Han}][[\p{L}\p{N}'_\-]--\p{Han}]*")
 _SPLIT = regex.compile(r"['\-]+")
@@ -368,7 +369,7 @@ def score_chunks(query: str, chunks: Sequence[Chunk], sources: Iterable[Source],
     return Relevance(values, first_hop, passage_of, hop, matched, used_bridges[:12], kind)
 
 
-_HAN_CHAR = regex.compile(r"[\u4e00-\u9fff]")
+_HAN_CHAR = regex.compile(f"[{HAN_BASIC}]")
 
 
 def _word_count(text: str) -> int:

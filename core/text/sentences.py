@@ -11,6 +11,8 @@ parameters, as a reference for tests and audits.
 Chinese uses punctuation rules (。！？；… and ASCII !?; before CJK), keeping closing
 quotes/brackets with their sentence. Spans always tile the text: whitespace after a
 sentence belongs to it, so ``"".join(text[s:e] for s, e in spans) == text``.
+
+``detect_lang`` and ``Lang`` live in :mod:`compactor.text.language`; they stay importable from here.
 """
 
 from __future__ import annotations
@@ -22,69 +24,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import regex
 
+from compactor.text.language import CJK_CLASS as _CJK_CLASS
+from compactor.text.language import Lang, detect_lang, has_cjk
+
 __all__ = ["Lang", "detect_lang", "split_sentences"]
 
-Lang = Literal["en", "zh", "mixed"]
-
 _PARAMS_PATH = Path(__file__).with_name("data") / "punkt_en.json"
-
-# --------------------------------------------------------------------------------------------
-# Language detection
-# --------------------------------------------------------------------------------------------
-
-_CJK_CLASS = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}"
-_CJK_RE = re.compile(  # Han (incl. ext. A/B+, compat), kana, hangul; stdlib re is faster here
-    "[\u1100-\u11ff\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f"
-    "\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]"
-)
-_NON_ASCII_LETTERS = bytes(b for b in range(128) if not chr(b).isalpha())
-# Stdlib re with explicit ranges: a presence scan several times faster than \p{...} classes.
-_ANY_CJK_RE = re.compile(
-    "[\u1100-\u11ff\u2e80-\u2fdf\u3000-\u9fff\ua960-\ua97f\uac00-\ud7ff"
-    "\uf900-\ufaff\uff00-\uffef\U00020000-\U0003134f]"
-)
-
-# Share of CJK chars among letters: below -> "en", at/above -> "zh", between -> "mixed".
-_EN_MAX_SHARE = 0.1
-_ZH_MIN_SHARE = 0.7
-_SAMPLE_CHARS = 200_000
-_SAMPLE_WINDOWS = 64
-
-
-def _sample(text: str) -> str:
-    """Evenly spaced windows, so detection on huge inputs stays O(1) yet sees the whole text."""
-    if len(text) <= _SAMPLE_CHARS:
-        return text
-    width = _SAMPLE_CHARS // _SAMPLE_WINDOWS
-    step = (len(text) - width) // (_SAMPLE_WINDOWS - 1)
-    return "".join(text[i * step : i * step + width] for i in range(_SAMPLE_WINDOWS))
-
-
-def detect_lang(text: str) -> Lang:
-    """Classify by the share of CJK (Han/Kana/Hangul) characters among letters.
-
-    "mixed" when both scripts are substantial (10%-70% CJK), so both rule sets apply.
-    Only ASCII letters count as non-CJK letters (a byte-level count keeps this ~free);
-    text without letters counts as English.
-    """
-    if _ANY_CJK_RE.search(text) is None:
-        return "en"
-    sample = _sample(text)
-    cjk = len(_CJK_RE.findall(sample))
-    latin = len(sample.encode("ascii", "ignore").translate(None, _NON_ASCII_LETTERS))
-    if not cjk + latin:
-        return "en"
-    share = cjk / (cjk + latin)
-    if share < _EN_MAX_SHARE:
-        return "en"
-    if share >= _ZH_MIN_SHARE:
-        return "zh"
-    return "mixed"
-
 
 # --------------------------------------------------------------------------------------------
 # Punkt parameters
@@ -464,7 +413,7 @@ def split_sentences(
         lang = detect_lang(text)
     elif lang not in ("en", "zh", "mixed"):
         raise ValueError(f"lang must be 'en', 'zh', 'mixed' or None, not {lang!r}")
-    cjk = _ANY_CJK_RE.search(text) is not None
+    cjk = has_cjk(text)
     starts: list[int] = []
     if lang != "zh":
         starts += _punkt_starts_nltk(text) if exact else _punkt_starts_fast(text, cjk)

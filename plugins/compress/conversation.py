@@ -41,6 +41,7 @@ from compactor.plugins.llm import fill, template_for
 from compactor.plugins.validate import loss_report
 from compactor.run import Run
 from compactor.state import BudgetShare, CompactionPlan, ConversationOptions
+from compactor.text.language import is_chinese
 from compactor.text.terms import terms
 from compactor.text.tokens import TokenCounter
 
@@ -853,12 +854,9 @@ def _next_step_items(history: hx.History, dropped: Sequence[int], tail: Sequence
                     short=f"Latest instruction ({history.label(i)}m{i}): \"{hx.lead(text, 300)}\"")]
 
 
-_CJK = regex.compile(r"\p{Han}")
-_LATIN = regex.compile(r"[A-Za-z]")
-
-
 def _chinese(history: hx.History) -> bool:
-    """Whether the people and agents of a history write Chinese (tool output does not count)."""
+    """Whether the people and agents of a history write Chinese (tool output does not count): the
+    shared rule, `compactor.text.language.is_chinese`, over their prose."""
     parts: list[str] = []
     size = 0
     for i, kind in enumerate(history.kinds):
@@ -867,9 +865,7 @@ def _chinese(history: hx.History) -> bool:
             size += sum(len(p) for p in found)
             if size >= 20000:  # enough prose to tell
                 break
-    prose = " ".join(parts)[:20000]
-    han = len(_CJK.findall(prose))
-    return han > 0 and han >= len(_LATIN.findall(prose)) / 8  # a Han character says ~4 letters' worth
+    return is_chinese(parts)
 
 
 def _answers_role(history: hx.History, i: int, role: str) -> bool:

@@ -35,7 +35,8 @@ from compactor.plugins.compress.select import Kept, segments_for
 from compactor.plugins.llm import fill, template_for
 from compactor.run import Run
 from compactor.text import terms as ts
-from compactor.text.sentences import detect_lang, split_sentences
+from compactor.text.language import is_chinese
+from compactor.text.sentences import split_sentences
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +201,7 @@ class MapReduce(Component):
     def _llm(self, chunks: list[Chunk], context: Context, target: int,
              run: Run) -> tuple[Segment, ...] | None:
         """LLM map over the chunks, then an LLM reduce; None keeps the rule result."""
-        lang = "zh" if detect_lang("\n".join(c.text[:2000] for c in chunks[:5])) == "zh" else "en"
+        lang = "zh" if is_chinese(c.text[:2000] for c in chunks[:5]) else "en"
         per_map = max(200, target // max(len(chunks), 1))
         query = context.query or ""
         maps = complete_guarded([Request(fill(template_for(self.map_prompt, "map", lang), query=query,

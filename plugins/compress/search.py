@@ -32,7 +32,8 @@ from compactor.plugins.llm import fill, template_for
 from compactor.run import Run
 from compactor.state import Knowledge
 from compactor.text.fidelity import invented_facts
-from compactor.text.sentences import detect_lang, split_sentences
+from compactor.text.language import is_chinese
+from compactor.text.sentences import split_sentences
 
 DEFAULT_BATCH_BUDGET = 4000
 
@@ -42,8 +43,8 @@ def _urls(context: Context) -> dict[str, str | None]:
 
 
 def _lang(chunks: Sequence[Chunk]) -> str:
-    lang = detect_lang("\n".join(c.text for c in chunks[:50]))
-    return "zh" if lang == "zh" else "en"
+    """The prompt's language: the chunks' own."""
+    return "zh" if is_chinese(c.text for c in chunks) else "en"
 
 
 def fact_lines(facts: Sequence[Fact], limit: int | None, run: Run) -> tuple[str, list[Fact]]:

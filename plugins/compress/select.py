@@ -14,6 +14,7 @@ from compactor.document import Chunk, Context, Segment, Source
 from compactor.hookspecs import hookimpl
 from compactor.run import Run
 from compactor.state import BudgetShare
+from compactor.text.language import is_chinese
 from compactor.text.relevance import index_terms
 from compactor.text.sentences import split_sentences
 from compactor.text.spans import safe_pieces
@@ -372,7 +373,7 @@ def best_window(chunk: Chunk, room: int, query_terms: frozenset[str], run: Run,
     query terms (the leading run without a query or a match). When no word or clause fits and
     `characters` is set (nothing else is kept yet), the chunk's leading characters."""
     text = chunk.text
-    han = any("\u4e00" <= ch <= "\u9fff" for ch in text[:200])
+    han = is_chinese(text, sample=200, letters_per_han=None)  # any Han: see is_chinese
     pieces = [(m.start(), m.end()) for m in (_PIECE_ZH if han else _PIECE_EN).finditer(text)]
     if not pieces:
         return None, 0
