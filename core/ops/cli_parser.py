@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument("pipeline", nargs="?", help="pipeline YAML file, or a shipped pipeline name")
-    parser.add_argument("inputs", nargs="*", help="files, directories or - for stdin (default: -)")
+    parser.add_argument("inputs", nargs="*", help="files, directories or - for stdin (default: -): text, "
+                        "HTML, subtitles, or records (JSON Lines / JSON; README 'Input records')")
     parser.add_argument("-q", "--query", help="what the compressed context must answer")
     parser.add_argument("-b", "--budget", type=int, metavar="TOKENS", help="token budget")
     parser.add_argument("-f", "--format", choices=("text", "markdown", "json", "messages"),
