@@ -176,7 +176,8 @@ def build_server(store: ChunkStore) -> MCPServer:
     tools = _Tools(store)
     server: MCPServer = MCPServer("compactor", instructions=INSTRUCTIONS, version=compactor.__version__,
                                   log_level="WARNING")
-    pipeline_field = Field(description="a shipped pipeline: " + ", ".join(tools.pipelines),
+    pipeline_field = Field(description="a shipped pipeline (default: qa, query-aware, when a query is given, "
+                                       "else generic, in reading order): " + ", ".join(tools.pipelines),
                            json_schema_extra={"enum": list(tools.pipelines)})
 
     @server.tool()
@@ -186,10 +187,11 @@ def build_server(store: ChunkStore) -> MCPServer:
         = None,
         budget: Annotated[int | None, Field(gt=0, description="token budget (default: the pipeline's)")]
         = None,
-        pipeline: Annotated[str, pipeline_field] = "generic",
+        pipeline: Annotated[str | None, pipeline_field] = None,
     ) -> CompressResult:
-        """Compress text to a token budget with a shipped pipeline, keeping the sentences most relevant
-        to `query` verbatim."""
+        """Compress text to a token budget with a shipped pipeline; with a `query`, the sentences most
+        relevant to it are kept first, verbatim."""
+        pipeline = pipeline or ("qa" if query else "generic")
         file = tools.pipeline_file(pipeline)
         with _tool_errors():
             out = compactor.compress(text, query=query, budget=budget, pipeline=file)
