@@ -243,14 +243,18 @@ def test_bad_arguments_are_tool_errors_and_the_server_keeps_serving(tmp_path: Pa
             "results": MORE, "session": "s", "strategy": "summarization"})))
         out.append(error_text(await session.call_tool("expand", {"ids": ["0123456789abcdef-0001"],
                                                                  "session": "s"})))
+        data(await session.call_tool("compact_messages", {"messages": history(), "budget": 300,
+                                                          "session": "chat"}))
+        out.append(error_text(await session.call_tool("get_checklist_context", {"session": "chat"})))
         return out
 
     errors = run_client(scenario, store=tmp_path / "s.sqlite", errlog=log)
     for (name, _, expected), text in zip(BAD_CALLS, errors, strict=False):
         assert expected in text, (name, text)
-    assert "unknown fact id" in errors[-3]
-    assert "built with strategy 'fact_centric'" in errors[-2]
-    assert "not in session 's'" in errors[-1]
+    assert "unknown fact id" in errors[-4]
+    assert "built with strategy 'fact_centric'" in errors[-3]
+    assert "not in session 's'" in errors[-2]
+    assert "session 'chat' has no search results" in errors[-1]
     assert "Traceback" not in log.read_text()  # anticipated failures, none of them a crash
 
 
