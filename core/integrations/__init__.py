@@ -1,0 +1,1 @@
+"""Adapters for agent frameworks (optional extras; `import compactor` loads none of them)."""
