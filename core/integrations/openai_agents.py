@@ -69,7 +69,8 @@ class CompactorSession:
     `tools_tokens`, `keep_last` and every other keyword go to `AutoCompactor`; count the agent's
     instructions and tool schemas in `tools_tokens` (or in `reserve`) since they are sent outside
     the session. The budget holds at the start of each run; the items a run adds (tool calls and
-    outputs) are compacted at the next one, so leave them room in `reserve`.
+    outputs) are compacted at the next one, so leave them room in `reserve`. A `session_settings`
+    with a `limit` makes the runner read `get_items(limit)`, the latest stored items uncompacted.
     """
 
     def __init__(self, session_id: str, *, window: int, items: Session | str | Path | None = None,
