@@ -26,7 +26,8 @@ from compactor.integrations.openai_agents import (  # noqa: E402
     drop_orphan_outputs,
     to_messages,
 )
-from tests.openai_server import FakeOpenAI, Recorded, Reply  # noqa: E402
+
+from .openai_server import FakeOpenAI, Recorded, Reply  # noqa: E402
 
 WINDOW = 5_000
 ID = re.compile(r"\b[0-9a-f]{16}-\d{4}")  # a cited id, or the first of a cited range
