@@ -1,2 +1,2 @@
-"""Integrations: compactor's faces offered to other programs through their protocols (the MCP
-server). Each module imports its optional dependency itself, so `import compactor` never does."""
+"""Integrations: compactor where agents live (the MCP server, LangChain, the OpenAI Agents SDK).
+Each module imports its optional dependency (an extra) itself, so `import compactor` never does."""

@@ -1,0 +1,327 @@
+"""OpenAI Agents SDK: a session that keeps every item and hands the runner a compacted history.
+
+    >>> from agents import Agent, Runner
+    >>> from compactor.integrations.openai_agents import CompactorSession
+    >>> session = CompactorSession("user-42", window=128_000, reserve=16_000,
+    ...                            items="agent.db", store="compactor.db")
+    >>> agent = Agent(name="support", tools=[get_order, session.expand_tool()])
+    >>> await Runner.run(agent, "Refund order #W1003", session=session)
+
+`CompactorSession` implements the SDK's `Session` protocol. Every item the runner adds is stored as
+it came, in an SDK session (`items=`: the SDK's own `SQLiteSession` by default, a file path for
+one, or any other `Session` such as a Redis or SQLAlchemy one), so `add_items`, `pop_item`,
+`clear_session` and `get_items(limit)` behave exactly as the SDK documents them: a limited read
+returns the latest stored items, which is what the runner's own rewind and retry checks compare.
+
+`get_items()` (no limit, what the runner reads before each run) returns the history compacted under
+the budget by an `AutoCompactor` (`window`, `reserve`/`trigger`, `target`, `tools_tokens` ...):
+the Responses items become chat messages (a `function_call` with its `function_call_output`
+becomes an assistant `tool_calls` message and its `tool` message), are compacted, and come back as
+the original items of the kept messages (reasoning items, ids and all) plus one message item with
+the summary. A call and its output are one turn, kept or summarised together, so the result never
+holds an output without its call. The compacted view is a checkpoint in the compactor store
+(`store=`: a SQLite path, a `ChunkStore`, or memory), so the next compaction summarises the earlier
+summary with the new items, and every id any summary cited stays expandable: `expand_tool()` is the
+`expand_context` function tool for the agent, bound to that store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+try:
+    from agents import FunctionTool, function_tool
+    from agents.items import TResponseInputItem
+    from agents.memory import Session, SessionSettings, SQLiteSession
+except ImportError as exc:  # the extra is optional
+    raise ImportError("compactor.integrations.openai_agents needs the OpenAI Agents SDK: "
+                      "pip install 'compactor[agents]'") from exc
+
+from compactor.apps.auto import AutoCompactor
+from compactor.apps.conversation import CompactedMessages
+from compactor.apps.tools import EXPAND_TOOL, EXPAND_TOOL_NAME, handle_expand_call
+from compactor.store import Batch, ChunkStore
+
+#: Responses item types that call a tool, answered by an item of the paired type with the same call id.
+CALL_OUTPUTS = {"function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output",
+                "shell_call": "shell_call_output", "apply_patch_call": "apply_patch_call_output",
+                "computer_call": "computer_call_output", "local_shell_call": "local_shell_call_output",
+                "tool_search_call": "tool_search_output", "program": "program_output"}
+OUTPUT_TYPES = frozenset(CALL_OUTPUTS.values())
+#: Knowledge key of the compacted view in the compactor store.
+CHECKPOINT_KEY = "openai_agents_view"
+_META = ("type", "id", "status", "call_id", "name", "arguments", "provider_data")
+
+
+class CompactorSession:
+    """An Agents SDK session whose `get_items()` is the stored history compacted under a budget.
+
+    `session_id`: the SDK's session id (also names the compactor store's session). `items`: where
+    items are stored: None (an in-memory `SQLiteSession`), a path (a `SQLiteSession` file), or any
+    SDK `Session`. `store`: the compactor chunk store for summarised originals and the compacted
+    view (None: memory; a path: a SQLite file). `window`, `reserve`, `trigger`, `target`,
+    `tools_tokens`, `keep_last` and every other keyword go to `AutoCompactor`; count the agent's
+    instructions and tool schemas in `tools_tokens` (or in `reserve`) since they are sent outside
+    the session. The budget holds at the start of each run; the items a run adds (tool calls and
+    outputs) are compacted at the next one, so leave them room in `reserve`. A `session_settings`
+    with a `limit` makes the runner read `get_items(limit)`, the latest stored items uncompacted.
+    """
+
+    def __init__(self, session_id: str, *, window: int, items: Session | str | Path | None = None,
+                 store: str | ChunkStore | None = None,
+                 session_settings: SessionSettings | None = None, **options: Any) -> None:
+        self.session_id = session_id
+        self.session_settings = session_settings
+        if items is None or isinstance(items, str | Path):
+            items = SQLiteSession(session_id, ":memory:" if items is None else items)
+        self.items: Session = items
+        self.auto = AutoCompactor(window, store=store, session=f"openai-agents:{session_id}", **options)
+        self._lock = threading.Lock()  # one compaction at a time (runs in a worker thread)
+
+    def __repr__(self) -> str:
+        return f"CompactorSession({self.session_id!r}, {self.auto!r})"
+
+    @property
+    def store(self) -> ChunkStore:
+        """The compactor store holding the originals the summaries cite."""
+        return self.auto.store
+
+    @property
+    def compactions(self) -> int:
+        """How many times `get_items` compacted the history (in this process)."""
+        return self.auto.compactions
+
+    @property
+    def tokens_saved(self) -> int:
+        """Tokens the compactions removed from the histories that followed them."""
+        return self.auto.tokens_saved
+
+    def stats(self) -> dict[str, Any]:
+        """The `AutoCompactor` counters plus how many items the compacted view stands for."""
+        view = self._checkpoint()
+        return {**self.auto.stats(), "session_id": self.session_id,
+                "covered_items": 0 if view is None else view["covered"]}
+
+    # -- the Session protocol -------------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """With `limit`: the latest `limit` stored items, as stored (the SDK's contract, which its
+        rewind checks rely on). Without: the whole history, compacted when it passes the trigger."""
+        raw = await self.items.get_items(limit)
+        if limit is not None:
+            return raw
+        items = await asyncio.to_thread(self._compacted, [_as_dict(i) for i in raw])
+        return cast(list[TResponseInputItem], items)
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Store new items as they are (compaction happens when the history is read)."""
+        await self.items.add_items(items)
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the latest stored item (None when empty). A compacted view that
+        covered it is dropped at the next read, which compacts the remaining items afresh."""
+        return await self.items.pop_item()
+
+    async def clear_session(self) -> None:
+        """Forget every item and the compacted view (the store keeps the originals summaries cited)."""
+        await self.items.clear_session()
+        await asyncio.to_thread(self._save, None)
+
+    # -- the expand tool -------------------------------------------------------------------------
+
+    def expand_tool(self) -> FunctionTool:
+        """The `expand_context` function tool, reading originals from this session's store."""
+        return expand_context_tool(self.store)
+
+    def expand(self, ids: Sequence[str]) -> dict[str, str]:
+        """The original text of ids a summary cited."""
+        return self.auto.expand(ids)
+
+    # -- compaction ------------------------------------------------------------------------------
+
+    def _compacted(self, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        with self._lock:
+            view = self._checkpoint()
+            if view is not None and not _covers(view, raw):
+                view = None  # items were popped or replaced under it: start from the stored items
+            covered = 0 if view is None else view["covered"]
+            current = [*(view["items"] if view is not None else ()), *raw[covered:]]
+            if not current:
+                return []
+            messages, owners = to_messages(current)
+            before = self.auto.compactions
+            self.auto.maybe_compact(messages)
+            if self.auto.compactions == before or self.auto.last is None:  # under the trigger
+                return drop_orphan_outputs(current)
+            out = from_compaction(current, owners, self.auto.last)
+            self._save({"covered": len(raw), "digest": _digest(raw[-1]), "items": out})
+            return out
+
+    def _checkpoint(self) -> dict[str, Any] | None:
+        view = self.store.knowledge(self.auto.session, CHECKPOINT_KEY)
+        return view if isinstance(view, dict) and view.get("items") is not None else None
+
+    def _save(self, view: dict[str, Any] | None) -> None:
+        self.store.commit_batch(self.auto.session, Batch(knowledge={CHECKPOINT_KEY: view}))
+
+
+def expand_context_tool(store: str | ChunkStore) -> FunctionTool:
+    """An Agents SDK function tool named `expand_context` that returns the originals of the ids a
+    compactor summary cited (or an error the model can read), from `store`."""
+
+    def expand_context(ids: list[str]) -> str:
+        call = {"id": "expand", "type": "function",
+                "function": {"name": EXPAND_TOOL_NAME, "arguments": {"ids": ids}}}
+        return str(handle_expand_call(call, store)["content"])
+
+    return function_tool(expand_context, name_override=EXPAND_TOOL_NAME,
+                         description_override=EXPAND_TOOL["function"]["description"])
+
+
+# -- Responses items <-> chat messages -----------------------------------------------------------
+
+
+def to_messages(items: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[list[int]]]:
+    """Chat messages for Responses input items, and for each message the indexes of the items it
+    stands for. Consecutive calls join the assistant message before them (as the SDK's chat
+    converter sends them); a reasoning item goes with the message that follows it."""
+    messages: list[dict[str, Any]] = []
+    owners: list[list[int]] = []
+    pending: list[int] = []
+    open_calls: set[str] = set()
+    for index, item in enumerate(items):
+        kind = _kind(item)
+        if kind == "reasoning":
+            pending.append(index)
+            continue
+        if kind in CALL_OUTPUTS:
+            call_id = str(item.get("call_id") or item.get("id") or f"call-{index}")
+            call = {"id": call_id, "type": "function",
+                    "function": {"name": str(item.get("name") or kind), "arguments": _arguments(item)}}
+            open_calls.add(call_id)
+            if messages and messages[-1]["role"] == "assistant" and _joinable(items, owners[-1]):
+                messages[-1].setdefault("tool_calls", []).append(call)
+                owners[-1].extend([*pending, index])
+                pending = []
+                continue
+            message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call]}
+        elif kind in OUTPUT_TYPES and str(item.get("call_id") or item.get("id")) in open_calls:
+            message = {"role": "tool", "tool_call_id": str(item.get("call_id") or item.get("id")),
+                       "content": _text(item.get("output"))}
+        elif kind == "message":
+            role = str(item.get("role") or "user")
+            message = {"role": "system" if role == "developer" else role,
+                       "content": _text(item.get("content"))}
+        else:  # hosted tool calls, MCP items, an output whose call is gone: readable text
+            body = {k: v for k, v in item.items() if k not in ("id", "status", "provider_data")}
+            message = {"role": "assistant", "content": f"[{kind}] {json.dumps(body, ensure_ascii=False)}"}
+        messages.append(message)
+        owners.append([*pending, index])
+        pending = []
+    if pending:  # trailing reasoning: keep it with the last message
+        if owners:
+            owners[-1].extend(pending)
+        else:
+            messages.append({"role": "assistant", "content": "[reasoning]"})
+            owners.append(pending)
+    return messages, owners
+
+
+def from_compaction(items: Sequence[dict[str, Any]], owners: Sequence[Sequence[int]],
+                    compacted: CompactedMessages) -> list[dict[str, Any]]:
+    """Responses items for a compaction of `to_messages(items)`: the original items of the kept
+    messages (head and tail), the summary message between them as a message item, and a system
+    message the compaction shortened as a new message item."""
+    report = compacted.report
+    if report.get("unchanged") or report.get("summary") is None:
+        return drop_orphan_outputs(list(items))
+    head = [int(i) for i in report["head"]]
+    tail = [int(i) for i in report["tail"]]
+    replaced = {int(i) for i in (report.get("system") or {})}
+    sent = [*head, None, *tail]  # what each message of `compacted` stands for (None: the summary)
+    out: list[dict[str, Any]] = []
+    for index, message in zip(sent, compacted, strict=True):
+        if index is None or index in replaced:
+            out.append({"role": message["role"], "content": message["content"]})
+        else:
+            out.extend(items[i] for i in owners[index])
+    return drop_orphan_outputs(out)
+
+
+def drop_orphan_outputs(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`items` without tool outputs whose call is not before them (the API rejects those)."""
+    calls: set[str] = set()
+    out = []
+    for item in items:
+        kind = _kind(item)
+        if kind in CALL_OUTPUTS:
+            calls.add(str(item.get("call_id") or item.get("id")))
+        elif kind in OUTPUT_TYPES and str(item.get("call_id") or item.get("id")) not in calls:
+            continue
+        out.append(item)
+    return out
+
+
+def _kind(item: dict[str, Any]) -> str:
+    kind = item.get("type")
+    if kind is None and "role" in item:
+        return "message"
+    return str(kind)
+
+
+def _joinable(items: Sequence[dict[str, Any]], owner: Sequence[int]) -> bool:
+    """Whether a call may join this assistant message: it came from the model's output (a
+    message or calls), not a summary or a hosted-tool item rendered as text."""
+    return all(_kind(items[i]) in ("message", "reasoning", *CALL_OUTPUTS) for i in owner)
+
+
+def _arguments(item: dict[str, Any]) -> str:
+    if isinstance(item.get("arguments"), str):
+        return str(item["arguments"])
+    if isinstance(item.get("input"), str):  # custom tool calls carry free text
+        return str(item["input"])
+    return json.dumps({k: v for k, v in item.items() if k not in _META}, ensure_ascii=False)
+
+
+def _text(content: Any) -> str:
+    """Readable text of a message's content or a tool's output (text parts joined, others named)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict):
+                text = part.get("text") or part.get("refusal")
+                label = " ".join(str(v) for v in (part.get("type", "part"), part.get("filename")) if v)
+                parts.append(str(text) if text is not None else f"[{label}]")
+            else:
+                parts.append(str(part))
+        return "\n".join(parts)
+    return json.dumps(content, ensure_ascii=False, default=str)
+
+
+def _as_dict(item: Any) -> dict[str, Any]:
+    if isinstance(item, dict):
+        return item
+    if hasattr(item, "model_dump"):
+        return cast(dict[str, Any], item.model_dump(exclude_unset=True))
+    return dict(item)
+
+
+def _digest(item: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(item, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _covers(view: dict[str, Any], raw: Sequence[dict[str, Any]]) -> bool:
+    """Whether the stored items still begin with the ones the view was computed from."""
+    covered = view.get("covered")
+    return (isinstance(covered, int) and 0 < covered <= len(raw)
+            and view.get("digest") == _digest(raw[covered - 1]))

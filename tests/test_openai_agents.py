@@ -1,0 +1,259 @@
+"""compactor.integrations.openai_agents: the SDK's Runner over several turns against the local
+OpenAI-compatible server, with a CompactorSession that compacts the history under a budget."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+agents = pytest.importorskip("agents")
+
+from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner, function_tool  # noqa: E402
+from agents.memory import Session  # noqa: E402
+from openai import AsyncOpenAI  # noqa: E402
+
+import compactor  # noqa: E402
+from compactor.integrations.openai_agents import (  # noqa: E402
+    CompactorSession,
+    drop_orphan_outputs,
+    to_messages,
+)
+
+from .openai_server import FakeOpenAI, Recorded, Reply  # noqa: E402
+
+WINDOW = 5_000
+ID = re.compile(r"\b[0-9a-f]{16}-\d{4}")  # a cited id, or the first of a cited range
+
+
+def _order(order_id: str) -> dict[str, Any]:
+    n = int(order_id.strip("#W"))
+    return {"order_id": order_id, "status": "delivered" if n % 3 else "pending",
+            "tracking": f"TRK-{n}-{n * 7919 % 100_000:05d}",
+            "items": [{"sku": f"SKU-{n}-{k}", "name": f"widget {k} of order {n}", "price": 10 + k + n % 7,
+                       "warehouse": ["Reno", "Dayton", "Leeds"][k % 3]} for k in range(14)]}
+
+
+@function_tool
+def get_order(order_id: str) -> str:
+    """Look up an order by its id (like #W1003) and return it as JSON."""
+    return json.dumps(_order(order_id))
+
+
+def _completion(message: dict[str, Any], model: str) -> str:
+    return json.dumps({"id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()),
+                       "model": model,
+                       "choices": [{"index": 0, "logprobs": None, "message": message,
+                                    "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+                       "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+
+
+class Script:
+    """The scripted model: a user line `order #W...` gets a get_order call, `expand` an
+    expand_context call for an id the summary in the request cites; a tool result gets a reply."""
+
+    def __init__(self) -> None:
+        self.calls = itertools.count()
+        self.expanded: list[str] = []
+
+    def __call__(self, request: Recorded) -> Reply:
+        messages = request.json["messages"]
+        last = messages[-1]
+        model = str(request.json.get("model"))
+        if last["role"] == "user" and last["content"].startswith("order "):
+            return self._call("get_order", {"order_id": last["content"].split()[1]}, model)
+        if last["role"] == "user" and last["content"] == "expand":
+            summary = next(m["content"] for m in messages if str(m.get("content")).startswith("[compactor]"))
+            wanted = ID.findall(summary)[0]
+            self.expanded.append(wanted)
+            return self._call("expand_context", {"ids": [wanted]}, model)
+        if last["role"] == "tool":
+            return Reply(body=_completion({"role": "assistant", "content": f"Done: {last['content'][:60]}"},
+                                          model))
+        return Reply(content="How can I help?")
+
+    def _call(self, name: str, args: dict[str, Any], model: str) -> Reply:
+        call = {"id": f"call_{next(self.calls)}", "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)}}
+        return Reply(body=_completion({"role": "assistant", "content": None, "tool_calls": [call]}, model))
+
+
+def _valid_chat(messages: list[dict[str, Any]]) -> bool:
+    """Every tool message answers a call of the assistant message before its run of results, and
+    every call is answered."""
+    open_calls: set[str] = set()
+    for m in messages:
+        if m["role"] == "tool":
+            if m.get("tool_call_id") not in open_calls:
+                return False
+            open_calls.discard(m["tool_call_id"])
+            continue
+        if open_calls:
+            return False  # a call left unanswered
+        if m["role"] == "assistant":
+            open_calls = {c["id"] for c in m.get("tool_calls") or []}
+    return not open_calls
+
+
+def _request_tokens(request: Recorded) -> int:
+    counter = compactor.get_counter("cl100k_base")
+    tools = counter.count(json.dumps(request.json.get("tools") or []))
+    return compactor.count_message_tokens(request.json["messages"]) + tools
+
+
+async def _conversation(server: FakeOpenAI, session: CompactorSession, lines: list[str]) -> list[str]:
+    client = AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+    model = OpenAIChatCompletionsModel(model="test-model", openai_client=client)
+    agent = Agent(name="support", instructions="You are a support agent for an online shop.",
+                  tools=[get_order, session.expand_tool()], model=model)
+    config = RunConfig(tracing_disabled=True)
+    outputs = []
+    for line in lines:
+        result = await Runner.run(agent, line, session=session, run_config=config)
+        outputs.append(str(result.final_output))
+    await client.close()
+    return outputs
+
+
+@pytest.fixture
+def scripted() -> Any:
+    with FakeOpenAI() as server:
+        server.respond = Script()
+        yield server
+
+
+def test_runner_over_many_turns_sends_a_compacted_valid_history(scripted: FakeOpenAI, tmp_path) -> None:
+    session = CompactorSession("shop-1", window=WINDOW, reserve=2_500, tools_tokens=300,
+                               store=str(tmp_path / "compactor.db"), items=str(tmp_path / "agent.db"))
+    lines = [f"order #W{1000 + i}" for i in range(10)] + ["expand"]
+    outputs = asyncio.run(_conversation(scripted, session, lines))
+    assert outputs[0].startswith("Done: {\"order_id\": \"#W1000\"")
+    requests = scripted.requests
+    assert len(requests) == 2 * len(lines)
+    for request in requests:
+        messages = request.json["messages"]
+        assert messages[0] == {"role": "system", "content": "You are a support agent for an online shop."}
+        assert _valid_chat(messages), messages
+        assert _request_tokens(request) <= WINDOW
+    # the history grew past the trigger and was compacted, at least twice, with a summary in requests
+    assert session.compactions >= 2 and session.tokens_saved > 0
+    summarised = [r for r in requests if any(str(m.get("content")).startswith("[compactor]")
+                                             for m in r.json["messages"])]
+    assert len(summarised) >= len(requests) // 2
+    # without compaction the last request would have carried every order
+    full = sum(len(json.dumps(_order(f"#W{1000 + i}"))) for i in range(10))
+    assert len(json.dumps(requests[-1].json["messages"])) < full / 2
+    # the model expanded an id its summary cited and got the original text back through the tool
+    wanted = scripted.respond.expanded[0]
+    original = session.expand([wanted])[wanted]
+    answer = requests[-1].json["messages"][-1]
+    assert answer["role"] == "tool" and f"[{wanted}]\n{original}" in answer["content"]
+    assert original.strip() and "error" not in answer["content"][:10]
+    # after several compactions every range the last summary cites still expands, back to the
+    # first order's tool output in full, and the ids the first compaction dropped are still there
+    summary = next(m["content"] for m in requests[-2].json["messages"]
+                   if str(m.get("content")).startswith("[compactor]"))
+    ranges = re.findall(r"[0-9a-f]{16}-\d{4}\.\.\d{4}", summary)
+    originals = session.expand(ranges)
+    assert any(json.dumps(_order("#W1000")) in text for text in originals.values())
+    first_dropped = session.auto.history[0].dropped_ids
+    assert set(session.expand(first_dropped)) == set(first_dropped)
+    # every stored item is kept as it came, all 10 orders in full
+    stored = asyncio.run(session.items.get_items())
+    outputs_stored = [i["output"] for i in stored if i.get("type") == "function_call_output"]
+    assert [json.loads(o)["order_id"] for o in outputs_stored[:10]] == [f"#W{1000 + i}" for i in range(10)]
+
+
+def test_compacted_view_survives_a_new_process(scripted: FakeOpenAI, tmp_path) -> None:
+    paths = {"store": str(tmp_path / "c.db"), "items": str(tmp_path / "a.db")}
+    first = CompactorSession("s", window=WINDOW, reserve=2_500, tools_tokens=300, **paths)
+    asyncio.run(_conversation(scripted, first, [f"order #W{2000 + i}" for i in range(6)]))
+    assert first.compactions >= 1
+    view = asyncio.run(first.get_items())
+    again = CompactorSession("s", window=WINDOW, reserve=2_500, tools_tokens=300, **paths)
+    assert asyncio.run(again.get_items()) == view and again.compactions == 0
+    summary = next(i["content"] for i in view if str(i.get("content")).startswith("[compactor]"))
+    cited = ID.findall(summary)
+    assert cited and again.expand(cited[:1])
+
+
+def test_session_protocol_as_the_sdk_documents() -> None:
+    session = CompactorSession("p", window=100_000)
+    assert isinstance(session, Session)
+
+    async def go() -> None:
+        assert await session.get_items() == [] and await session.pop_item() is None
+        items = [{"role": "user", "content": "hi"},
+                 {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                 {"type": "function_call_output", "call_id": "c1", "output": "42"},
+                 {"role": "assistant", "content": "It is 42."}]
+        await session.add_items(items)  # type: ignore[arg-type]
+        assert await session.get_items() == items  # under the trigger: as stored
+        assert await session.get_items(limit=2) == items[2:]  # the latest N, in order
+        assert await session.pop_item() == items[3]
+        assert await session.get_items() == items[:3]
+        await session.clear_session()
+        assert await session.get_items() == [] and await session.get_items(limit=3) == []
+
+    asyncio.run(go())
+
+
+def test_pop_after_compaction_recompacts_from_the_stored_items() -> None:
+    session = CompactorSession("q", window=3_000, reserve=1_200, keep_last=2)
+
+    async def go() -> None:
+        for i in range(8):
+            await session.add_items([  # type: ignore[list-item]
+                {"role": "user", "content": f"order #W{3000 + i}"},
+                {"type": "function_call", "call_id": f"c{i}", "name": "get_order",
+                 "arguments": json.dumps({"order_id": f"#W{3000 + i}"})},
+                {"type": "function_call_output", "call_id": f"c{i}",
+                 "output": json.dumps(_order(f"#W{3000 + i}"))},
+                {"role": "assistant", "content": f"Order #W{3000 + i} found."}])
+        view = await session.get_items()
+        assert session.compactions == 1 and len(view) < 32
+        assert await session.get_items() == view and session.compactions == 1  # checkpoint, no rework
+        popped = await session.pop_item()
+        assert popped == {"role": "assistant", "content": "Order #W3007 found."}
+        after = await session.get_items()
+        assert session.compactions == 2 and popped not in after
+        assert after[-1]["type"] == "function_call_output" and after[-1]["call_id"] == "c7"
+        assert session.stats()["covered_items"] == 31
+
+    asyncio.run(go())
+
+
+def test_items_to_messages_pairs_calls_and_keeps_reasoning_with_its_turn() -> None:
+    items = [{"role": "user", "content": [{"type": "input_text", "text": "check"},
+                                          {"type": "input_image", "image_url": "http://x/y.png"}]},
+             {"type": "reasoning", "id": "rs_1", "summary": []},
+             {"type": "message", "role": "assistant", "id": "msg_1",
+              "content": [{"type": "output_text", "text": "Looking.", "annotations": []}]},
+             {"type": "function_call", "call_id": "a", "name": "f", "arguments": "{\"x\": 1}"},
+             {"type": "function_call", "call_id": "b", "name": "g", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "a", "output": "one"},
+             {"type": "function_call_output", "call_id": "b",
+              "output": [{"type": "input_text", "text": "two"}]},
+             {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"query": "q"}},
+             {"type": "function_call_output", "call_id": "zz", "output": "orphan"}]
+    messages, owners = to_messages(items)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool", "assistant", "assistant"]
+    assert messages[0]["content"] == "check\n[input_image]"
+    assert messages[1]["content"] == "Looking." and [c["id"] for c in messages[1]["tool_calls"]] == ["a", "b"]
+    assert owners[1] == [1, 2, 3, 4] and messages[3]["content"] == "two"
+    assert messages[4]["content"].startswith("[web_search_call]")
+    assert drop_orphan_outputs(items) == items[:-1]
+
+
+def test_import_compactor_does_not_load_the_sdk() -> None:
+    code = ("import sys, compactor; compactor.AutoCompactor; import compactor.integrations; "
+            "print('agents' in sys.modules, 'compactor.integrations.openai_agents' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
