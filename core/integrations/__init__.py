@@ -1,0 +1,1 @@
+"""Adapters to agent frameworks (optional extras); `import compactor` imports none of them."""
