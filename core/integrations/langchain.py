@@ -240,7 +240,7 @@ def openai_messages(messages: Sequence[BaseMessage]) -> tuple[list[dict[str, Any
 
 
 def rebuild(messages: Sequence[BaseMessage], dicts: Sequence[dict[str, Any]], owners: Sequence[int],
-            compacted: CompactedMessages) -> list[AnyMessage]:
+            compacted: CompactedMessages) -> list[BaseMessage]:
     """The compacted history as LangChain messages: the kept ones are the original objects; a
     message kept in part, or a system message sent as an excerpt, is converted from its dicts."""
     report = compacted.report
@@ -249,17 +249,17 @@ def rebuild(messages: Sequence[BaseMessage], dicts: Sequence[dict[str, Any]], ow
     for owner in owners:
         counts[owner] = counts.get(owner, 0) + 1
 
-    def take(indices: Iterable[int]) -> list[AnyMessage]:
+    def take(indices: Iterable[int]) -> list[BaseMessage]:
         groups: list[tuple[int, list[int]]] = []
         for i in indices:
             if groups and groups[-1][0] == owners[i]:
                 groups[-1][1].append(i)
             else:
                 groups.append((owners[i], [i]))
-        out: list[AnyMessage] = []
+        out: list[BaseMessage] = []
         for owner, kept in groups:
             if len(kept) == counts[owner] and not any(i in replaced for i in kept):
-                out.append(messages[owner])  # type: ignore[arg-type]
+                out.append(messages[owner])
                 continue
             parts = [{**dicts[i], "content": replaced[i]} if i in replaced else dicts[i] for i in kept]
             out.extend(convert_to_messages(parts))
