@@ -1,0 +1,281 @@
+"""LangChain adapters: a document compressor for retrievers and an agent middleware for histories.
+
+    >>> from compactor.integrations.langchain import CompactorCompressor, CompactorMiddleware
+    >>> retriever = ContextualCompressionRetriever(            # langchain_classic.retrievers
+    ...     base_compressor=CompactorCompressor(pipeline="qa", budget=800), base_retriever=base)
+    >>> compaction = CompactorMiddleware(window=128_000, reserve=16_000)
+    >>> agent = create_agent(model, tools=[...], middleware=[compaction])   # adds `expand_context`
+
+`CompactorCompressor` runs any compactor pipeline over the retrieved documents and returns what it
+kept, one Document per source document still represented, in retrieval order, with the chunk ids
+the text came from in its metadata. `CompactorMiddleware` runs an `AutoCompactor` before every model
+call: once the agent's messages pass the trigger they are replaced (as LangChain's own
+SummarizationMiddleware does) by the head, one summary message and the last turns, the kept
+messages being the very objects of the state (ids, tool calls and their results unchanged). The
+middleware registers the `expand_context` tool, which reads the summarised originals back.
+
+Needs the extra: `pip install "compactor[langchain]"` (langchain, langchain-core; the retriever
+`ContextualCompressionRetriever` lives in langchain-classic in LangChain 1.x).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware, AgentState
+from langchain_core.callbacks import Callbacks
+from langchain_core.documents import BaseDocumentCompressor, Document
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    SystemMessage,
+    convert_to_messages,
+    convert_to_openai_messages,
+)
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langgraph.runtime import Runtime
+from pydantic import ConfigDict, Field, PrivateAttr
+
+from compactor.apps.auto import AutoCompactor
+from compactor.apps.common import llm_mapping, pipeline_for
+from compactor.apps.conversation import CompactedMessages
+from compactor.apps.tools import EXPAND_TOOL, EXPAND_TOOL_NAME
+from compactor.document import Context, Segment, Source
+from compactor.store import Batch, open_store
+
+#: Metadata keys the compressor adds to each Document it returns.
+SOURCE_KEY = "compactor_source_id"
+CHUNKS_KEY = "compactor_chunk_ids"
+TOKENS_KEY = "compactor_tokens"
+#: `additional_kwargs["lc_source"]` of the summary message (SummarizationMiddleware uses "summarization").
+SUMMARY_MARK = "compactor"
+
+
+# -- retrievers -------------------------------------------------------------------------------------
+
+
+class CompactorCompressor(BaseDocumentCompressor):
+    """A `BaseDocumentCompressor` running a compactor pipeline (`qa` by default: query-aware) over the
+    retrieved documents, within `budget` tokens for all of them together.
+
+    Each document becomes a compactor `Source` (url from `metadata["source"]` or `["url"]`, title
+    from `["title"]`); each returned Document is the kept text of one of them, in retrieval order,
+    with its metadata and id unchanged plus `compactor_source_id`, `compactor_chunk_ids` (the ids of
+    the chunks the text was cut from) and `compactor_tokens`. A document with nothing kept is left
+    out. With `store` (a path or a `ChunkStore`), every chunk is written to it under `session`, so
+    `compactor.expand(ids, store)` returns the full text around what was kept.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    pipeline: Any = "qa"
+    """A shipped pipeline's name, a pipeline file or a `compactor.Pipeline`."""
+    budget: int = Field(default=1000, gt=0)
+    """Tokens for all kept text together."""
+    plugins: tuple[Any, ...] = ()
+    """Objects with hookimpls adding components to a named pipeline."""
+    llm: Any = None
+    """None (rules only), True or LLM settings for the pipeline's guarded LLM steps."""
+    store: Any = None
+    """Where the chunks' original text is written (a path or a ChunkStore), or None."""
+    session: str = "langchain-retriever"
+
+    _runner: Any = PrivateAttr(default=None)
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._runner = pipeline_for(self.pipeline, self.plugins)  # a bad name fails here, not mid-query
+        if self.store is not None:
+            self.store = open_store(self.store)
+
+    def compress_documents(self, documents: Sequence[Document], query: str,
+                           callbacks: Callbacks | None = None) -> Sequence[Document]:
+        """The kept text of `documents` for `query`, one Document per document still represented."""
+        first: dict[str, int] = {}  # source id -> the first document with that url and text
+        sources: list[Source] = []
+        for i, doc in enumerate(documents):
+            if not doc.page_content.strip():
+                continue
+            source = document_source(doc)
+            if source.id not in first:
+                first[source.id] = i
+                sources.append(source)
+        if not sources:
+            return []
+        result = self._runner.run(sources, query=query or None, budget=self.budget,
+                                  llm=llm_mapping(self.llm))
+        if self.store is not None:
+            self.store.commit_batch(self.session, Batch(
+                sources=result.sources, chunks=result.chunks,
+                report={"kind": "langchain-retriever", "query": query}))
+        kept: dict[int, list[Segment]] = {}
+        for segment in result.segments:
+            owner = first.get(_segment_source(segment, result) or "")
+            if owner is not None:
+                kept.setdefault(owner, []).append(segment)
+        if not kept and result.output:  # a pipeline whose segments cross sources (topics, summaries)
+            return [Document(page_content=result.output,
+                             metadata={SOURCE_KEY: [s.id for s in sources],
+                                       CHUNKS_KEY: [c for s in result.segments for c in s.chunk_ids],
+                                       TOKENS_KEY: result.output_tokens})]
+        out: list[Document] = []
+        counter = self._runner.counter
+        for i in sorted(kept):
+            doc, segments = documents[i], kept[i]
+            text = "\n\n".join(s.text for s in segments)
+            metadata = {**doc.metadata, SOURCE_KEY: _segment_source(segments[0], result),
+                        CHUNKS_KEY: [c for s in segments for c in s.chunk_ids],
+                        TOKENS_KEY: counter.count(text)}
+            out.append(Document(page_content=text, metadata=metadata, id=doc.id))
+        return out
+
+
+def document_source(doc: Document) -> Source:
+    """A Document as a compactor Source (url and title from its metadata)."""
+    meta = doc.metadata or {}
+    url = meta.get("source") or meta.get("url")
+    title = meta.get("title")
+    return Source.from_text(doc.page_content, uri=str(url) if url else None,
+                            title=str(title) if title else None)
+
+
+def _segment_source(segment: Segment, result: Context) -> str | None:
+    """The source a segment's text came from: its own, else its first chunk's."""
+    if segment.source_id:
+        return segment.source_id
+    owners = {c.id: c.source_id for c in result.chunks}
+    return next((owners[c] for c in segment.chunk_ids if c in owners), None)
+
+
+# -- agents -----------------------------------------------------------------------------------------
+
+
+class CompactorMiddleware(AgentMiddleware):
+    """Compacts the agent's messages before a model call once they pass the trigger.
+
+    Takes `AutoCompactor`'s settings (`window`, `reserve` or `trigger`, `target`, `keep_last`,
+    `tools_tokens`, `store`, `session`, `pipeline`, `plugins`, `llm`, `query`, ...) or a ready
+    `auto=`. The state's messages are measured as OpenAI messages; the agent's system prompt and
+    tool schemas are not in the state, so count them in `tools_tokens` (or keep `reserve` for them).
+    Past the trigger the state's messages are replaced by the compacted list; the messages it
+    keeps are the state's own objects, so ids, AIMessage tool calls and their ToolMessages stay as
+    they were, and a tool call is never kept without its results. `tools` holds the `expand_context`
+    tool (create_agent offers it to the model); `compactions`, `tokens_saved` and `stats()` count.
+    """
+
+    def __init__(self, window: int | None = None, *, auto: AutoCompactor | None = None,
+                 **settings: Any) -> None:
+        if auto is None:
+            if window is None:
+                raise TypeError("CompactorMiddleware needs window= (tokens) or auto= (an AutoCompactor)")
+            auto = AutoCompactor(window, **settings)
+        elif window is not None or settings:
+            raise TypeError("give auto= or AutoCompactor settings, not both")
+        self.auto = auto
+        self.expand_tool = expand_tool(auto)
+        self.tools: Sequence[BaseTool] = [self.expand_tool]
+
+    def __repr__(self) -> str:
+        return f"CompactorMiddleware({self.auto!r})"
+
+    @property
+    def compactions(self) -> int:
+        """How many times the history was compacted."""
+        return self.auto.compactions
+
+    @property
+    def tokens_saved(self) -> int:
+        """Tokens the compactions removed (sum over compactions)."""
+        return self.auto.tokens_saved
+
+    def stats(self) -> dict[str, Any]:
+        """The AutoCompactor's counters, for a monitor."""
+        return self.auto.stats()
+
+    def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """The state update replacing the messages when they passed the trigger, else None."""
+        messages = list(state["messages"])
+        if not messages:
+            return None
+        dicts, owners = openai_messages(messages)
+        compacted = self.auto.maybe_compact(dicts)
+        if not isinstance(compacted, CompactedMessages) or compacted.summary is None:
+            return None
+        return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES),
+                             *rebuild(messages, dicts, owners, compacted)]}
+
+    async def abefore_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """As `before_model` (compaction is local CPU work, milliseconds to a second)."""
+        return self.before_model(state, runtime)
+
+
+def expand_tool(auto: AutoCompactor) -> BaseTool:
+    """The `expand_context` tool answering from `auto`'s store (an error text for unknown ids)."""
+
+    def expand_context(ids: list[str]) -> str:
+        call = {"id": None, "type": "function",
+                "function": {"name": EXPAND_TOOL_NAME, "arguments": {"ids": ids}}}
+        return str(auto.handle_expand_call(call)["content"])
+
+    spec = EXPAND_TOOL["function"]
+    return StructuredTool.from_function(expand_context, name=EXPAND_TOOL_NAME,
+                                        description=spec["description"], args_schema=spec["parameters"])
+
+
+def openai_messages(messages: Sequence[BaseMessage]) -> tuple[list[dict[str, Any]], list[int]]:
+    """The messages as OpenAI dicts and, for each dict, the index of the message it came from (a
+    HumanMessage of Anthropic tool_result blocks becomes several tool messages)."""
+    dicts: list[dict[str, Any]] = []
+    owners: list[int] = []
+    for i, message in enumerate(messages):
+        converted = convert_to_openai_messages([message])
+        dicts.extend(converted)
+        owners.extend([i] * len(converted))
+    return dicts, owners
+
+
+def rebuild(messages: Sequence[BaseMessage], dicts: Sequence[dict[str, Any]], owners: Sequence[int],
+            compacted: CompactedMessages) -> list[BaseMessage]:
+    """The compacted history as LangChain messages: the kept ones are the original objects; a
+    message kept in part, or a system message sent as an excerpt, is converted from its dicts."""
+    report = compacted.report
+    replaced = {int(i): str(text) for i, text in (report.get("system") or {}).items()}
+    counts: dict[int, int] = {}
+    for owner in owners:
+        counts[owner] = counts.get(owner, 0) + 1
+
+    def take(indices: Iterable[int]) -> list[BaseMessage]:
+        groups: list[tuple[int, list[int]]] = []
+        for i in indices:
+            if groups and groups[-1][0] == owners[i]:
+                groups[-1][1].append(i)
+            else:
+                groups.append((owners[i], [i]))
+        out: list[BaseMessage] = []
+        for owner, kept in groups:
+            if len(kept) == counts[owner] and not any(i in replaced for i in kept):
+                out.append(messages[owner])
+                continue
+            parts = [{**dicts[i], "content": replaced[i]} if i in replaced else dicts[i] for i in kept]
+            out.extend(convert_to_messages(parts))
+        return out
+
+    head = list(report["head"])
+    summary = _summary_message(str(compacted.summary), str(compacted[len(head)].get("role", "user")))
+    return [*take(head), summary, *take(report["tail"])]
+
+
+def _summary_message(text: str, role: str) -> AnyMessage:
+    kind = {"system": SystemMessage, "assistant": AIMessage}.get(role, HumanMessage)
+    return kind(content=text, id=f"compactor-{uuid.uuid4().hex}",
+                additional_kwargs={"lc_source": SUMMARY_MARK})
+
+
+def is_summary(message: BaseMessage) -> bool:
+    """Whether `message` is a summary this middleware wrote."""
+    return message.additional_kwargs.get("lc_source") == SUMMARY_MARK

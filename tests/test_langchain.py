@@ -1,0 +1,272 @@
+"""compactor.integrations.langchain with LangChain's real classes: a ContextualCompressionRetriever
+over CompactorCompressor, and a create_agent loop with CompactorMiddleware and a fake model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langchain")
+pytest.importorskip("langchain_classic")
+
+from langchain.agents import create_agent
+from langchain_classic.retrievers import ContextualCompressionRetriever
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+    convert_to_openai_messages,
+)
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.tools import tool
+from pydantic import Field
+
+import compactor
+from compactor.apps.tools import expand_ids
+from compactor.integrations.langchain import (
+    CHUNKS_KEY,
+    SOURCE_KEY,
+    TOKENS_KEY,
+    CompactorCompressor,
+    CompactorMiddleware,
+    document_source,
+    is_summary,
+)
+
+ID = re.compile(r"\b[0-9a-f]{16}-\d{4}\b")
+RANGE = re.compile(r"\b[0-9a-f]{16}-\d{4}(?:\.\.\d{4})?\b")
+
+# -- retriever -------------------------------------------------------------------------------------
+
+FILLER = ("Our stores are open from nine to six on weekdays. Parking is free for customers. "
+          "The loyalty card collects points on every purchase. Gift wrapping is available at the desk. ")
+DOCS = [
+    Document(page_content=FILLER * 6, metadata={"source": "https://shop.example/hours", "title": "Hours"},
+             id="d0"),
+    Document(page_content=("Refunds are accepted within 30 days of delivery when the item is unused. "
+                           "Refunds go back to the original payment method within 5 business days. "
+                           + FILLER.replace("stores", "outlets") * 3),
+             metadata={"source": "https://shop.example/refunds", "title": "Refund policy", "rank": 2},
+             id="d1"),
+    Document(page_content="Shipping to Canada takes 7 to 10 days and costs 15 dollars. " * 4,
+             metadata={"url": "https://shop.example/shipping"}, id="d2"),
+    Document(page_content=("A refund for a damaged item needs a photo of the damage. The refund is "
+                           "approved by the support team within 2 days. " + FILLER * 2),
+             metadata={"source": "https://shop.example/damaged", "title": "Damaged items"}, id="d3"),
+]
+
+
+class FixedRetriever(BaseRetriever):
+    """Returns the same documents for every query (the base retriever under test)."""
+
+    docs: list[Document]
+
+    def _get_relevant_documents(self, query: str, *,
+                                run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        return list(self.docs)
+
+
+def test_compression_retriever_keeps_the_answers_within_budget() -> None:
+    store = compactor.MemoryStore()
+    compressor = CompactorCompressor(pipeline="qa", budget=90, store=store)
+    retriever = ContextualCompressionRetriever(base_compressor=compressor,
+                                               base_retriever=FixedRetriever(docs=DOCS))
+    query = "How many days do customers have to ask for a refund, and how is a refund paid?"
+    kept = retriever.invoke(query)
+    text = "\n\n".join(d.page_content for d in kept)
+    assert "within 30 days of delivery" in text and "original payment method" in text
+    counter = compactor.get_counter("cl100k_base")
+    assert sum(d.metadata[TOKENS_KEY] for d in kept) <= 90 and counter.count(text) <= 90
+    # retrieval order, ids and metadata kept; each text traces back to its document's chunks
+    order = [d.id for d in kept]
+    assert order == sorted(order) and "d1" in order and "d0" not in order  # d0 is all filler
+    by_id = {d.id: d for d in DOCS}
+    for doc in kept:
+        original = by_id[doc.id]
+        assert {k: v for k, v in doc.metadata.items() if not k.startswith("compactor_")} == original.metadata
+        assert doc.metadata[SOURCE_KEY] == document_source(original).id
+        chunks = compactor.expand(doc.metadata[CHUNKS_KEY], store)
+        assert all(cid.startswith(doc.metadata[SOURCE_KEY]) for cid in chunks)
+        assert all(text in original.page_content for text in chunks.values())
+        first_sentence = doc.page_content.split("\n\n")[0][:40]
+        assert any(first_sentence in text for text in chunks.values())
+    # the async path (run in an executor by LangChain) gives the same documents
+    assert [d.page_content for d in asyncio.run(retriever.ainvoke(query))] == [d.page_content for d in kept]
+
+
+def test_compressor_edge_cases() -> None:
+    compressor = CompactorCompressor(budget=50)
+    assert compressor.compress_documents([], "anything") == []
+    assert compressor.compress_documents([Document(page_content="  ")], "anything") == []
+    with pytest.raises(compactor.CompactorError):
+        CompactorCompressor(pipeline="no-such-pipeline")
+    with pytest.raises(ValueError, match="greater than 0"):
+        CompactorCompressor(budget=0)
+
+
+# -- agent -----------------------------------------------------------------------------------------
+
+SYSTEM = "You are a support agent for an online shop. Check orders with get_order before answering."
+ORDERS = [f"#W{1000 + i}" for i in range(16)]
+
+
+@tool
+def get_order(order_id: str) -> str:
+    """Look up an order by its id (e.g. #W1003): status, items, address, history."""
+    n = int(order_id.lstrip("#W"))
+    return json.dumps({
+        "order_id": order_id, "status": "pending" if n % 4 == 0 else "delivered",
+        "customer": {"name": f"Customer {n}", "email": f"customer{n}@example.com",
+                     "address": {"street": f"{n} Main Street", "city": "Springfield", "zip": f"{n:05d}"}},
+        "items": [{"sku": f"SKU-{n}-{k}", "name": f"item {k} of order {n}", "price": 10 + n % 7 + k,
+                   "quantity": 1 + k % 2} for k in range(5)],
+        "history": [{"at": f"2026-03-{1 + k:02d}", "event": event}
+                    for k, event in enumerate(["created", "paid", "packed", "shipped", "delivered"])],
+    })
+
+
+@tool
+def search_catalog(query: str) -> str:
+    """Search the product catalog; returns matching products with prices and stock."""
+    return json.dumps([{"sku": f"CAT-{len(query)}-{k}", "title": f"{query} variant {k}", "price": 20 + k,
+                        "stock": 3 * k, "description": f"A {query} in colour {k}, machine washable."}
+                       for k in range(6)])
+
+
+class ToolCallingFakeModel(GenericFakeChatModel):
+    """GenericFakeChatModel with `bind_tools` (create_agent binds the tools before every call; the
+    base class does not implement it) and every request recorded and checked before it answers."""
+
+    requests: list[list[BaseMessage]] = Field(default_factory=list)
+    bound: list[str] = Field(default_factory=list)
+    check: Any = None
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
+        self.bound = [t.name for t in tools]
+        return self
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                  **kwargs: Any) -> Any:
+        self.requests.append(list(messages))
+        if self.check is not None:
+            self.check(messages)
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+
+def _script(model: ToolCallingFakeModel, found: dict[str, str]) -> Iterator[AIMessage]:
+    """The agent's side: look up every order (with a catalog search every third turn, two calls in
+    one message), then, once the history was compacted twice, expand an id the summary cites."""
+    for i, order in enumerate(ORDERS):
+        calls = [{"name": "get_order", "args": {"order_id": order}, "id": f"call_order_{i}"}]
+        if i % 3 == 2:
+            calls.append({"name": "search_catalog", "args": {"query": f"replacement {i}"},
+                          "id": f"call_search_{i}"})
+        yield AIMessage(content=f"Checking order {order}.", tool_calls=calls)
+    summary = next((m for m in model.requests[-1] if is_summary(m)), None)
+    assert summary is not None, "the history was never compacted"
+    wanted = ID.findall(str(summary.content))[0]
+    found["id"] = wanted
+    yield AIMessage(content="", tool_calls=[{"name": "expand_context", "args": {"ids": [wanted]},
+                                             "id": "call_expand"}])
+    answer = model.requests[-1][-1]
+    assert isinstance(answer, ToolMessage) and answer.tool_call_id == "call_expand"
+    found["text"] = str(answer.content)
+    yield AIMessage(content="Orders #W1000, #W1004, #W1008 and #W1012 are pending; refund issued.")
+
+
+def _check_history(messages: list[BaseMessage]) -> None:
+    """Every ToolMessage answers a call of the AIMessage before its run; every call is answered."""
+    open_calls: set[str] = set()
+    for m in messages:
+        if isinstance(m, ToolMessage):
+            assert m.tool_call_id in open_calls, f"orphan tool result {m.tool_call_id}"
+            open_calls.discard(m.tool_call_id)
+            continue
+        assert not open_calls, f"tool calls without results: {open_calls}"
+        if isinstance(m, AIMessage):
+            open_calls = {c["id"] for c in m.tool_calls}
+    assert not open_calls or isinstance(messages[-1], AIMessage)  # only the last may wait for results
+
+
+def test_agent_loop_compacts_twice_and_expands() -> None:
+    system_tokens = compactor.count_message_tokens([{"role": "system", "content": SYSTEM}])
+    middleware = CompactorMiddleware(window=4000, trigger=2600, target=0.55, keep_last=2,
+                                     tools_tokens=system_tokens)
+    trigger = middleware.auto.trigger_tokens
+    found: dict[str, str] = {}
+    seen_ids: dict[str, str] = {}
+    sizes: list[int] = []
+
+    def check(messages: list[BaseMessage]) -> None:
+        assert messages[0].type == "system" and messages[1].type == "human"
+        assert "W1000" in str(messages[1].content)  # the opening request, always verbatim
+        _check_history(messages)
+        tokens = compactor.count_message_tokens(convert_to_openai_messages(messages))
+        sizes.append(tokens)
+        assert tokens <= trigger, f"{tokens} tokens sent, trigger {trigger}"
+        ids = [m.id for m in messages[1:]]
+        assert None not in ids and len(set(ids)) == len(ids)
+        for m in messages[1:]:  # a kept message is the same message: same id, same content
+            assert seen_ids.setdefault(str(m.id), str(m.content)) == str(m.content)
+
+    model = ToolCallingFakeModel(messages=iter([]), check=check)
+    model.messages = _script(model, found)
+    agent = create_agent(model, tools=[get_order, search_catalog], system_prompt=SYSTEM,
+                         middleware=[middleware])
+    request = f"Check orders {', '.join(ORDERS)} and refund the pending ones."
+    result = agent.invoke({"messages": [HumanMessage(request)]}, {"recursion_limit": 200})
+
+    assert set(model.bound) == {"get_order", "search_catalog", "expand_context"}
+    assert len(model.requests) == len(ORDERS) + 2
+    assert middleware.compactions >= 2 and middleware.tokens_saved > 0
+    assert middleware.stats()["compactions"] == middleware.compactions
+    assert max(sizes) > trigger * 0.8  # the history did grow towards the trigger between compactions
+    summaries = [m for m in result["messages"] if is_summary(m)]
+    assert len(summaries) == 1 and isinstance(summaries[0], HumanMessage)
+    _check_history(result["messages"])
+    assert result["messages"][-1].content.startswith("Orders #W1000")
+    # the model asked for an id the summary cited and got the original message back
+    original = middleware.auto.expand([found["id"]])[found["id"]]
+    assert found["text"] == f"[{found['id']}]\n{original}"
+    assert "order_id" in original or "Checking order" in original
+    # what the first compaction dropped is still reachable from the last summary: it cites the
+    # earlier summary (stored when it was compacted in turn), which cites the first dropped ids
+    first_dropped = set(middleware.auto.history[0].dropped_ids)
+    texts, reached = [str(summaries[0].content)], set()
+    for _ in range(middleware.compactions):
+        cited = set(expand_ids(RANGE.findall("\n".join(texts)))) - reached
+        reached |= cited
+        texts = list(middleware.auto.expand(sorted(cited)).values())
+    assert first_dropped <= reached
+
+
+def test_middleware_leaves_a_short_history_alone_and_tool_reports_errors() -> None:
+    middleware = CompactorMiddleware(window=100_000)
+    state = {"messages": [HumanMessage("hello", id="h1")]}
+    assert middleware.before_model(state, None) is None  # type: ignore[arg-type]
+    assert asyncio.run(middleware.abefore_model(state, None)) is None  # type: ignore[arg-type]
+    assert middleware.compactions == 0 and middleware.auto.checks == 2
+    assert middleware.expand_tool.invoke({"ids": ["0123456789abcdef-0001"]}).startswith("error: ")
+    with pytest.raises(TypeError):
+        CompactorMiddleware()
+    with pytest.raises(TypeError):
+        CompactorMiddleware(4000, auto=compactor.AutoCompactor(4000))
+
+
+def test_import_compactor_does_not_import_langchain() -> None:
+    code = ("import sys, compactor; compactor.AutoCompactor; compactor.compact_messages; "
+            "print(any(m.split('.')[0] in ('langchain', 'langchain_core', 'langgraph') "
+            "or m.startswith('compactor.integrations') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
