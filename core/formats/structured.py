@@ -253,7 +253,7 @@ def _schema(rows: Sequence[Any], distinct: int) -> tuple[str, set[str]]:
         seen = values[key]
         scalars = [v for v in seen if isinstance(v, str | int | float | bool) or v is None]
         if len(scalars) == len(seen) and len(seen) >= 3:
-            uniques = sorted({_dump(v) for v in scalars})
+            uniques = sorted({v if isinstance(v, str) else _dump(v) for v in scalars})
             if len(uniques) <= distinct and len(uniques) < len(seen):
                 part += "=" + "|".join(uniques)
                 common.update(str(v).lower() for v in scalars)
