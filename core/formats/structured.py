@@ -393,7 +393,7 @@ def reduce_text(text: str, *, references: References | Iterable[str] = (), ref: 
     refs = references if isinstance(references, References) else References(references)
     settings = _Settings(refs, ref, max_rows, head, tail, max(max_kept, head + tail), distinct)
     result = _reduce(text, settings)
-    if result is None or settings.kept >= settings.rows or size(result[0]) >= size(text):
+    if result is None or (settings.rows and settings.kept >= settings.rows) or size(result[0]) >= size(text):
         return None
     return Reduced(result[0], result[1], settings.rows, settings.kept)
 
@@ -409,14 +409,12 @@ def _reduce(text: str, settings: _Settings) -> tuple[str, Kind] | None:
     found = _json_at(text)
     if found is not None:
         start, end, value = found
-        reduced = _reduce_json(value, settings)
-        if settings.rows == 0:
-            return None
+        reduced = _reduce_json(value, settings)  # no long list: minified only
         return text[:start] + _dump(reduced) + text[end:], "json"
     literal = _python_literal(text)
     if literal is not None:
         reduced = _reduce_json(literal, settings)
-        return (_dump(reduced), "json") if settings.rows else None
+        return _dump(reduced), "json"
     tables = _markdown_tables(text)
     if tables:
         lines = text.split("\n")

@@ -90,13 +90,16 @@ class StructuredReducer(Component):
                 problems.append(f"{key} must be 0 or more")
         return problems
 
-    def _reduce(self, text: str, references: References, ref: str | None, run: Run) -> str | None:
+    def _reduce(self, text: str, references: References, ref: str | None, run: Run,
+                minify: bool = True) -> str | None:
         if len(text) < 4 * self.min_tokens // 3 or run.counter.count(text) < self.min_tokens:
             return None
         found = reduce_text(text, references=references, ref=ref, max_rows=self.max_rows, head=self.head,
                             tail=self.tail, max_kept=self.max_kept, distinct=self.distinct, min_chars=0,
                             size=run.counter.count)
-        return None if found is None else found.text
+        if found is None or (not minify and not found.rows):
+            return None
+        return found.text
 
     @hookimpl
     def compactor_clean(self, context: Context, run: Run) -> Context:
@@ -135,7 +138,8 @@ class StructuredReducer(Component):
             if answers(message) is None or not message.content:
                 continue
             refs = _Elsewhere(counts, whole, texts[i])
-            new = self._reduce(message.content, refs, chunk_id(source.id, i), run)
+            # minified alone is no use to the summary, which quotes values, not whole outputs
+            new = self._reduce(message.content, refs, chunk_id(source.id, i), run, minify=False)
             if new is not None:
                 found[str(i)] = new
         return found
