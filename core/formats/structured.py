@@ -197,21 +197,32 @@ def _dump(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=_SEP)
 
 
-def _scalars(value: Any, limit: int = 200) -> list[str]:
-    """The scalar leaves of a value as text (strings and numbers; not booleans or null)."""
-    out: list[str] = []
-    stack = [value]
+def _leaves(value: Any, limit: int = 200) -> list[tuple[str, str]]:
+    """(key, text) of the scalar leaves of a value (strings and numbers; not booleans or null); the
+    key is the name of the field holding it ("" in a list)."""
+    out: list[tuple[str, str]] = []
+    stack: list[tuple[str, Any]] = [("", value)]
     while stack and len(out) < limit:
-        item = stack.pop()
+        key, item = stack.pop()
         if isinstance(item, dict):
-            stack.extend(reversed(list(item.values())))
+            stack.extend(reversed([(str(k), v) for k, v in item.items()]))
         elif isinstance(item, list):
-            stack.extend(reversed(item))
+            stack.extend(reversed([(key, v) for v in item]))
         elif isinstance(item, str):
-            out.append(item)
+            out.append((key, item))
         elif isinstance(item, int | float) and not isinstance(item, bool):
-            out.append(_dump(item))
+            out.append((key, _dump(item)))
     return out
+
+
+def _scalars(value: Any, limit: int = 200) -> list[str]:
+    return [text for _, text in _leaves(value, limit)]
+
+
+#: A field naming a thing (`flight_number`, `user_id`, `sku`): its values are references even when
+#: many rows share one (two connecting flights with the same first leg).
+_ID_FIELD = re.compile(r"(?:^|_)(?:ids?|numbers?|no|codes?|keys?|refs?|references?|uuid|sku|names?)$|^(?:"
+                       r"id|name|编号|名称|姓名)$|号$", re.IGNORECASE)
 
 
 def _type(value: Any, depth: int = 0) -> str:
@@ -256,7 +267,8 @@ def _schema(rows: Sequence[Any], distinct: int) -> tuple[str, set[str]]:
             uniques = sorted({v if isinstance(v, str) else _dump(v) for v in scalars})
             if len(uniques) <= distinct and len(uniques) < len(seen):
                 part += "=" + "|".join(uniques)
-                common.update(str(v).lower() for v in scalars)
+                if not _ID_FIELD.search(str(key)):
+                    common.update(u.lower() for u in uniques)
         parts.append(part)
     return ", ".join(parts), common
 
@@ -288,7 +300,7 @@ def _reduce_json(value: Any, settings: _Settings, depth: int = 0) -> Any:
         if not records:  # lists of scalars or of lists: a distinct value of many is no reference
             counts: dict[str, int] = {}
             for item in value:
-                for v in set(_scalars(item)):
+                for v in {text for key, text in _leaves(item) if not _ID_FIELD.search(key)}:
                     counts[v.lower()] = counts.get(v.lower(), 0) + 1
             common = {v for v, c in counts.items() if c > max(2, len(value) // 3)}
         kept = _pick(value, settings, common)
@@ -379,7 +391,8 @@ def _markdown_cells(line: str) -> list[str]:
 
 def reduce_text(text: str, *, references: References | Iterable[str] = (), ref: str | None = None,
                 max_rows: int = 6, head: int = 1, tail: int = 1, max_kept: int = 12, distinct: int = 5,
-                min_chars: int = 400, size: Callable[[str], int] = len) -> Reduced | None:
+                min_chars: int = 400, size: Callable[[str], int] = len,
+                minify: bool = True) -> Reduced | None:
     """`text` reduced by its structure, or None when it is not structured, shorter than `min_chars`,
     or the reduction would not make it smaller by `size` (characters unless given, e.g. tokens).
 
@@ -387,13 +400,16 @@ def reduce_text(text: str, *, references: References | Iterable[str] = (), ref: 
     a value the `references` mention (up to `max_kept`); each gap becomes a marker citing `ref`. A
     list of records starts with one line of its fields (`name:type`, and `=a|b` for a field with at
     most `distinct` values). Nested values are reduced the same way, JSON inside JSON strings too.
+    JSON with no long list comes back minified, unless `minify` is False (then None).
     """
     if len(text) < min_chars or len(text) > _MAX_PARSE:
         return None
     refs = references if isinstance(references, References) else References(references)
     settings = _Settings(refs, ref, max_rows, head, tail, max(max_kept, head + tail), distinct)
     result = _reduce(text, settings)
-    if result is None or (settings.rows and settings.kept >= settings.rows) or size(result[0]) >= size(text):
+    if result is None or (settings.kept >= settings.rows if settings.rows else not minify):
+        return None
+    if size(result[0]) >= size(text):
         return None
     return Reduced(result[0], result[1], settings.rows, settings.kept)
 

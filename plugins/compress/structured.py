@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from compactor.components import Component
@@ -31,16 +32,33 @@ from compactor.state import ConversationOptions
 METADATA_KEY = "structured"
 
 
+class _Conversation:
+    """The words of every message of a conversation (in how many messages each occurs), read once
+    and only when a tool result has a list to cut."""
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.texts = texts
+        self._counts: Counter[str] | None = None
+        self._text = ""
+
+    def read(self) -> tuple[Counter[str], str]:
+        if self._counts is None:
+            self._counts = Counter()
+            for text in self.texts:
+                self._counts.update(References([text]).words)
+            self._text = References(self.texts).text
+        return self._counts, self._text
+
+
 class _Elsewhere(References):
     """The references of a whole conversation, less one message's own words (a row is not kept
     because the tool result itself mentions it)."""
 
-    def __init__(self, counts: Counter[str], text: str, own: str) -> None:
-        self.counts = counts
-        self.all_text = text
-        own_refs = References([own])
-        self.own_words = own_refs.words
-        self.own_text = own_refs.text
+    def __init__(self, conversation: _Conversation, own: str) -> None:
+        self.conversation = conversation
+        self.own = own
+        self.own_words: set[str] | None = None
+        self.own_text = ""
         self.words = set()
         self.text = ""
 
@@ -48,10 +66,14 @@ class _Elsewhere(References):
         key = value.strip().lower()
         if len(key) < 3:
             return False
-        if self.counts.get(key, 0) - (key in self.own_words) > 0:
+        counts, whole = self.conversation.read()
+        if self.own_words is None:
+            own = References([self.own])
+            self.own_words, self.own_text = own.words, own.text
+        if counts.get(key, 0) - (key in self.own_words) > 0:
             return True
         if " " in key and len(key) <= 200:
-            return self.all_text.count(key) > self.own_text.count(key)
+            return whole.count(key) > self.own_text.count(key)
         return False
 
 
@@ -92,12 +114,12 @@ class StructuredReducer(Component):
 
     def _reduce(self, text: str, references: References, ref: str | None, run: Run,
                 minify: bool = True) -> str | None:
-        if len(text) < 4 * self.min_tokens // 3 or run.counter.count(text) < self.min_tokens:
+        if len(text) < self.min_tokens:  # shorter than min_tokens (a token is a character or more)
             return None
         found = reduce_text(text, references=references, ref=ref, max_rows=self.max_rows, head=self.head,
                             tail=self.tail, max_kept=self.max_kept, distinct=self.distinct, min_chars=0,
-                            size=run.counter.count)
-        if found is None or (not minify and not found.rows):
+                            size=run.counter.count, minify=minify)
+        if found is None or run.counter.count(text) < self.min_tokens:
             return None
         return found.text
 
@@ -129,15 +151,12 @@ class StructuredReducer(Component):
 
     def _conversation(self, source: Source, query: str, run: Run) -> dict[str, str]:
         texts = [_message_text(m) for m in source.messages]
-        counts: Counter[str] = Counter()
-        for text in (*texts, query):
-            counts.update(References([text]).words)
-        whole = References([*texts, query]).text
+        conversation = _Conversation([*texts, query])
         found: dict[str, str] = {}
         for i, message in enumerate(source.messages):
             if answers(message) is None or not message.content:
                 continue
-            refs = _Elsewhere(counts, whole, texts[i])
+            refs = _Elsewhere(conversation, texts[i])
             # minified alone is no use to the summary, which quotes values, not whole outputs
             new = self._reduce(message.content, refs, chunk_id(source.id, i), run, minify=False)
             if new is not None:
