@@ -61,6 +61,7 @@ def main() -> None:
         totals = {"original": 0, "reducer": 0, "minified": 0, "head": 0}
         reduced_count = outputs = 0
         gold = {"original": 0, "reducer": 0, "minified": 0, "head": 0}
+        listed = {"original": 0, "reducer": 0, "minified": 0, "head": 0}  # results with a list cut
         seconds = 0.0
         for line in path.open(encoding="utf-8"):
             record = json.loads(line)
@@ -86,6 +87,8 @@ def main() -> None:
                         "head": head}
                 for key, out in outs.items():
                     totals[key] += counter.count(out)
+                    if found is not None and found.rows:
+                        listed[key] += counter.count(out)
                 present = [v for v in wanted if v in original]
                 for key, out in outs.items():
                     gold[key] += sum(v in out for v in present)
@@ -98,6 +101,9 @@ def main() -> None:
             if gold["original"]:
                 line += f"; gold argument values in tool results kept {gold[key]}/{gold['original']}"
             print(line)
+        if listed["original"]:
+            print("  results with a long list only: " + ", ".join(
+                f"{key} {listed[key]}" for key in ("original", "minified", "reducer", "head")) + " tokens")
 
 
 if __name__ == "__main__":

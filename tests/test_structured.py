@@ -97,6 +97,13 @@ def test_malformed_json_left_as_prose():
     assert detect(prose) is None and reduce_text(prose) is None
 
 
+def test_hostile_nesting_left_alone():
+    deep = "[" * 100_000 + "]" * 100_000
+    assert reduce_text(deep) is None
+    assert reduce_text("note: " + deep) is None
+    assert detect(deep) is None
+
+
 def test_small_or_short_lists_left_alone():
     text = json.dumps(RECORDS[:4])
     out = reduce_text(text, min_chars=0)  # short lists: every row stays, only whitespace goes

@@ -143,6 +143,13 @@ def _markdown_tables(text: str) -> list[tuple[int, int]]:
 
 def detect(text: str) -> Kind | None:
     """Which structured format `text` holds (JSON possibly after a prose prefix), or None."""
+    try:
+        return _detect(text)
+    except RecursionError:
+        return None
+
+
+def _detect(text: str) -> Kind | None:
     if _jsonl(text) is not None and _json_at(text.strip()) is None:
         return "jsonl"
     if _json_at(text) is not None or _python_literal(text) is not None:
@@ -406,7 +413,10 @@ def reduce_text(text: str, *, references: References | Iterable[str] = (), ref: 
         return None
     refs = references if isinstance(references, References) else References(references)
     settings = _Settings(refs, ref, max_rows, head, tail, max(max_kept, head + tail), distinct)
-    result = _reduce(text, settings)
+    try:
+        result = _reduce(text, settings)
+    except RecursionError:  # nested deeper than Python parses: left as it is
+        return None
     if result is None or (settings.kept >= settings.rows if settings.rows else not minify):
         return None
     if size(result[0]) >= size(text):
