@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import compactor
-from compactor.formats.structured import detect, reduce_text
+from compactor.formats.structured import detect
+from compactor.formats.structured import reduce_text as reduce_default
+
+#: The lists of these tests are short: cut them whatever their size (the default leaves lists under
+#: 1500 characters whole, see test_short_lists_stay_whole).
+reduce_text = functools.partial(reduce_default, min_list_chars=0)
 
 RECORDS = [{"id": f"R-{100 + i}", "status": "open" if i % 2 else "closed", "amount": 10 * i,
             "owner": {"name": f"user{i}", "team": "core"}} for i in range(30)]
@@ -110,6 +116,16 @@ def test_small_or_short_lists_left_alone():
     assert out is not None and out.rows == 0 and json.loads(out.text) == RECORDS[:4]
     assert len(out.text) < len(text)
     assert reduce_text(json.dumps(RECORDS[:4], separators=(",", ":")), min_chars=0) is None
+
+
+def test_short_lists_stay_whole():
+    wallet = {f"gift_card_{i}": {"source": "gift_card", "amount": 10 * i, "id": f"gift_card_{i}"}
+              for i in range(7)}
+    text = json.dumps({"user": "mia", "payment_methods": wallet}, indent=1)
+    out = reduce_default(text)  # 7 entries, but a few hundred characters: only minified
+    assert out is not None and out.rows == 0 and json.loads(out.text) == json.loads(text)
+    cut = reduce_text(text)
+    assert cut is not None and cut.rows == 7 and "gift_card_3" not in cut.text
 
 
 def test_deterministic():

@@ -18,7 +18,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -188,12 +188,17 @@ class _Settings:
     refs: References
     ref: str | None
     max_rows: int
+    min_list_chars: int
     head: int
     tail: int
     max_kept: int
     distinct: int
     rows: int = 0
     kept: int = 0
+
+    def long(self, items: Sized, chars: Callable[[], int]) -> bool:
+        """Whether a list is worth cutting: more than `max_rows` items and `min_list_chars` long."""
+        return len(items) > self.max_rows and chars() >= self.min_list_chars
 
     def gap(self, count: int, noun: str = "rows") -> str:
         where = f": expand {self.ref}" if self.ref else ""
@@ -300,7 +305,7 @@ def _reduce_json(value: Any, settings: _Settings, depth: int = 0) -> Any:
     if depth > 40:
         return value
     if isinstance(value, list):
-        if len(value) <= settings.max_rows:
+        if not settings.long(value, lambda: len(_dump(value))):
             return [_reduce_json(v, settings, depth + 1) for v in value]
         records = [v for v in value if isinstance(v, dict)]
         schema, common = _schema(records, settings.distinct) if len(records) == len(value) else ("", set())
@@ -324,7 +329,8 @@ def _reduce_json(value: Any, settings: _Settings, depth: int = 0) -> Any:
             out.append(settings.gap(len(value) - 1 - last))
         return out
     if isinstance(value, dict):
-        if len(value) > settings.max_rows and all(isinstance(v, dict) for v in value.values()):
+        records = all(isinstance(v, dict) for v in value.values())
+        if records and settings.long(value, lambda: len(_dump(value))):
             keys = list(value)
             _, common = _schema(list(value.values()), settings.distinct)
             kept = _pick([{"": k, **value[k]} for k in keys], settings, common)
@@ -397,13 +403,15 @@ def _markdown_cells(line: str) -> list[str]:
 
 
 def reduce_text(text: str, *, references: References | Iterable[str] = (), ref: str | None = None,
-                max_rows: int = 6, head: int = 1, tail: int = 1, max_kept: int = 12, distinct: int = 5,
+                max_rows: int = 6, min_list_chars: int = 1500, head: int = 1, tail: int = 1,
+                max_kept: int = 12, distinct: int = 5,
                 min_chars: int = 400, size: Callable[[str], int] = len,
                 minify: bool = True) -> Reduced | None:
     """`text` reduced by its structure, or None when it is not structured, shorter than `min_chars`,
     or the reduction would not make it smaller by `size` (characters unless given, e.g. tokens).
 
-    A list longer than `max_rows` keeps its first `head` and last `tail` items and the items holding
+    A list longer than `max_rows` items and `min_list_chars` characters (a short list costs less than
+    what cutting it risks) keeps its first `head` and last `tail` items and the items holding
     a value the `references` mention (up to `max_kept`); each gap becomes a marker citing `ref`. A
     list of records starts with one line of its fields (`name:type`, and `=a|b` for a field with at
     most `distinct` values). Nested values are reduced the same way, JSON inside JSON strings too.
@@ -412,7 +420,8 @@ def reduce_text(text: str, *, references: References | Iterable[str] = (), ref: 
     if len(text) < min_chars or len(text) > _MAX_PARSE:
         return None
     refs = references if isinstance(references, References) else References(references)
-    settings = _Settings(refs, ref, max_rows, head, tail, max(max_kept, head + tail), distinct)
+    settings = _Settings(refs, ref, max_rows, min_list_chars, head, tail, max(max_kept, head + tail),
+                         distinct)
     try:
         result = _reduce(text, settings)
     except RecursionError:  # nested deeper than Python parses: left as it is
@@ -426,7 +435,7 @@ def reduce_text(text: str, *, references: References | Iterable[str] = (), ref: 
 
 def _reduce(text: str, settings: _Settings) -> tuple[str, Kind] | None:
     rows = _jsonl(text)
-    if rows is not None and len(rows) > settings.max_rows:
+    if rows is not None and settings.long(rows, lambda: len(text)):
         lines = [line for line in text.strip().splitlines() if line.strip()]
         records = [r for r in rows if isinstance(r, dict)]
         schema, common = _schema(records, settings.distinct) if len(records) == len(rows) else ("", set())
@@ -449,7 +458,8 @@ def _reduce(text: str, settings: _Settings) -> tuple[str, Kind] | None:
         for first, stop in tables:
             out.extend(lines[done:first])
             body = lines[first + 2:stop]
-            if len(body) <= settings.max_rows:
+            size = sum(len(line) + 1 for line in body)
+            if not settings.long(body, lambda: size):  # noqa: B023 (called at once)
                 out.extend(lines[first:stop])
             else:
                 columns = _markdown_cells(lines[first])
@@ -460,7 +470,7 @@ def _reduce(text: str, settings: _Settings) -> tuple[str, Kind] | None:
         out.extend(lines[done:])
         return ("\n".join(out), "markdown") if settings.rows else None
     table = _csv(text)
-    if table is not None and len(table[0]) - 1 > settings.max_rows:
+    if table is not None and settings.long(table[0][1:], lambda: len(text)):
         lines, parsed, _ = table
         note, common = _table_note(parsed[0], parsed[1:], settings)
         return "\n".join(_rows_block(lines[:1], lines[1:], parsed[1:], settings, common, note)), "csv"

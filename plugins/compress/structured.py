@@ -80,18 +80,21 @@ class _Elsewhere(References):
 class StructuredReducer(Component):
     """Reduces JSON / JSON Lines / CSV / Markdown-table tool results and document blocks by structure.
 
-    `max_rows`: lists up to this long stay whole. `head`/`tail`: rows always kept at each end.
-    `max_kept`: rows kept per list in all. `distinct`: a field with at most this many values lists
-    them. `min_tokens`: smaller texts are left alone. `documents`: also rewrite structured blocks of
-    plain documents (only when the input exceeds the budget).
+    `max_rows`, `min_list_chars`: lists up to this many items or characters stay whole.
+    `head`/`tail`: rows always kept at each end. `max_kept`: rows kept per list in all.
+    `distinct`: a field with at most this many values lists them. `min_tokens`: smaller texts are
+    left alone. `documents`: also rewrite structured blocks of plain documents (only when the input
+    exceeds the budget).
     """
 
     name = "compress.structured"
     stage = "clean"
 
-    def __init__(self, *, max_rows: int = 6, head: int = 1, tail: int = 1, max_kept: int = 12,
-                 distinct: int = 5, min_tokens: int = 100, documents: bool = True) -> None:
+    def __init__(self, *, max_rows: int = 6, min_list_chars: int = 1500, head: int = 1, tail: int = 1,
+                 max_kept: int = 12, distinct: int = 5, min_tokens: int = 100,
+                 documents: bool = True) -> None:
         self.max_rows = max_rows
+        self.min_list_chars = min_list_chars
         self.head = head
         self.tail = tail
         self.max_kept = max_kept
@@ -106,7 +109,7 @@ class StructuredReducer(Component):
             value = params[key]
             if not isinstance(value, int) or value < 1:
                 problems.append(f"{key} must be at least 1")
-        for key in ("head", "tail", "min_tokens"):
+        for key in ("head", "tail", "min_tokens", "min_list_chars"):
             value = params[key]
             if not isinstance(value, int) or value < 0:
                 problems.append(f"{key} must be 0 or more")
@@ -116,7 +119,8 @@ class StructuredReducer(Component):
                 minify: bool = True) -> str | None:
         if len(text) < self.min_tokens:  # shorter than min_tokens (a token is a character or more)
             return None
-        found = reduce_text(text, references=references, ref=ref, max_rows=self.max_rows, head=self.head,
+        found = reduce_text(text, references=references, ref=ref, max_rows=self.max_rows,
+                            min_list_chars=self.min_list_chars, head=self.head,
                             tail=self.tail, max_kept=self.max_kept, distinct=self.distinct, min_chars=0,
                             size=run.counter.count, minify=minify)
         if found is None or run.counter.count(text) < self.min_tokens:
