@@ -101,6 +101,8 @@ def test_malformed_json_left_as_prose():
     assert reduce_text(text, references=["R-101"]) is None
     prose = "The meeting notes. " * 50
     assert detect(prose) is None and reduce_text(prose) is None
+    lines = "\n".join(f"On day {i} of the trip, we walked along the river." for i in range(30))
+    assert detect(lines) is None and reduce_text(lines) is None  # one comma a line is not a table
 
 
 def test_hostile_nesting_left_alone():

@@ -115,7 +115,8 @@ def _csv(text: str) -> tuple[list[str], list[list[str]], str] | None:
             continue
         rows = list(csv.reader(io.StringIO("\n".join(lines)), delimiter=delimiter))
         width = len(rows[0])
-        if len(rows) == len(lines) and width >= 2 and all(len(r) == width for r in rows):
+        header = all(0 < len(c.strip()) <= 40 and len(c.split()) <= 4 for c in rows[0])  # names, not prose
+        if header and len(rows) == len(lines) and width >= 2 and all(len(r) == width for r in rows):
             return lines, rows, delimiter
     return None
 
