@@ -194,6 +194,7 @@ class _Settings:
     tail: int
     max_kept: int
     distinct: int
+    minify: bool = True
     rows: int = 0
     kept: int = 0
 
@@ -422,7 +423,7 @@ def reduce_text(text: str, *, references: References | Iterable[str] = (), ref: 
         return None
     refs = references if isinstance(references, References) else References(references)
     settings = _Settings(refs, ref, max_rows, min_list_chars, head, tail, max(max_kept, head + tail),
-                         distinct)
+                         distinct, minify)
     try:
         result = _reduce(text, settings)
     except RecursionError:  # nested deeper than Python parses: left as it is
@@ -446,6 +447,8 @@ def _reduce(text: str, settings: _Settings) -> tuple[str, Kind] | None:
     if found is not None:
         start, end, value = found
         reduced = _reduce_json(value, settings)  # no long list: minified only
+        if not settings.rows and not settings.minify:
+            return None
         return text[:start] + _dump(reduced) + text[end:], "json"
     literal = _python_literal(text)
     if literal is not None:
