@@ -135,7 +135,8 @@ class StructuredReducer(Component):
         sources: list[Source] = []
         reduced_messages = reduced_blocks = 0
         for source in context.sources:
-            if source.kind == "conversation" and source.messages:
+            fits = budget is not None and context.tokens <= budget // 2  # no compaction ahead: skip
+            if source.kind == "conversation" and source.messages and not fits:
                 found = self._conversation(source, query, run)
                 if found:
                     reduced_messages += len(found)
