@@ -171,3 +171,12 @@ def test_kept_tool_messages_stay_verbatim():
     messages = _history()
     out = compactor.compact_messages(messages, 5000, keep_last=2)  # fits: nothing reduced in the output
     assert out == messages or [m.get("content") for m in out] == [m.get("content") for m in messages]
+
+
+def test_qa_pipeline_reads_a_json_document_by_structure():
+    orders = [{"order_id": f"ORD-{5000 + i}", "status": "delivered" if i % 4 else "returned",
+               "customer": f"customer {i}", "total": 20 + i} for i in range(80)]
+    text = "Export of the orders table:\n" + json.dumps(orders, indent=2)
+    out = compactor.compress(text, query="What is the status of ORD-5042?", budget=200, pipeline="qa")
+    assert '"order_id":"ORD-5042"' in out or '"order_id": "ORD-5042"' in out
+    assert "80 rows" in out
