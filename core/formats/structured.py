@@ -331,8 +331,8 @@ def _reduce_json(value: Any, settings: _Settings, depth: int = 0) -> Any:
             out.append(settings.gap(len(value) - 1 - last))
         return out
     if isinstance(value, dict):
-        records = all(isinstance(v, dict) for v in value.values())
-        if records and settings.long(value, lambda: len(_dump(value))):
+        all_records = all(isinstance(v, dict) for v in value.values())
+        if all_records and settings.long(value, lambda: len(_dump(value))):
             keys = list(value)
             _, common = _schema(list(value.values()), settings.distinct)
             kept = _pick([{"": k, **value[k]} for k in keys], settings, common)
