@@ -19,6 +19,7 @@ from compactor.plugins.compress.conversation import EightSegment
 from compactor.plugins.compress.map_reduce import MapReduce
 from compactor.plugins.compress.search import ChunkFiltering, FactCentric, Summarization
 from compactor.plugins.compress.select import SelectCompressor
+from compactor.plugins.compress.structured import StructuredReducer
 from compactor.plugins.compress.topics import TopicCompressor
 from compactor.plugins.llm import LLMFallback
 from compactor.plugins.organize import HierarchicalOrganizer
@@ -35,6 +36,7 @@ from compactor.plugins.validate import LossValidator, RatioController
 BUILTIN_COMPONENTS: tuple[type[Component], ...] = (
     NormalizeCleaner,
     HtmlCleaner,
+    StructuredReducer,
     DedupeCleaner,
     SeenPages,
     TokenChunker,

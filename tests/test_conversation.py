@@ -427,7 +427,7 @@ def test_cli_compacts_a_history_to_json_messages_or_markdown(tmp_path: Path) -> 
     done = run_cli("pipelines/conversation.yaml", str(path), "--budget", "2500", "--report", str(report))
     assert done.returncode == 0, done.stderr
     steps = [s["step"] for s in json.loads(report.read_text(encoding="utf-8"))["steps"]]
-    assert steps == ["chunk.messages", "compress.eight_segment", "render.messages"]
+    assert steps == ["compress.structured", "chunk.messages", "compress.eight_segment", "render.messages"]
     out = json.loads(done.stdout)
     assert_invariants(row["messages"], out, 2500)
     assert any(str(m.get("content")).startswith("[compactor]") for m in out)

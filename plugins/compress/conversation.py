@@ -215,6 +215,7 @@ class EightSegment(Component):
                     quality=1.0, tokens=plan.original_tokens - saved, summary=None, kind=kind, **system)
         if plan.unchanged or history is None:
             return data, [_message_segment(source, i, m, costs[i]) for i, m in enumerate(messages)]
+        history = _with_reduced(history, source, plan.dropped)
         role = options.get("role", self.role)
         weights = message_weights(chunks, len(messages))
         focus = frozenset(terms(str(options.get("focus") or self.focus or "")))
@@ -881,6 +882,18 @@ def _main_role(history: hx.History) -> str:
     if not names:
         return "assistant"
     return names[0] if len(names) == 1 else "all (" + ", ".join(names) + ")"
+
+
+def _with_reduced(history: hx.History, source: Source, dropped: Sequence[int]) -> hx.History:
+    """The history read with the dropped tool results reduced by `compress.structured` (its
+    `source.metadata["structured"]`), so the summary draws on their rows that matter; the messages
+    kept verbatim, and the originals stored for `expand`, stay as they came."""
+    reduced = source.metadata.get("structured") or {}
+    swap = {i: reduced[str(i)] for i in dropped if str(i) in reduced}
+    if not swap:
+        return history
+    return hx.History([replace(m, content=swap[i]) if i in swap else m
+                       for i, m in enumerate(history.messages)])
 
 
 def _message_segment(source: Source, index: int, message: Message, cost: int) -> Segment:
