@@ -121,3 +121,17 @@ def test_import_compactor_is_lazy_about_it() -> None:
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "False"
     assert compactor.AutoCompactor is AutoCompactor
+
+
+def test_compactions_are_runs_the_monitor_lists(tmp_path) -> None:
+    from compactor.ops.monitor import rolling_stats
+
+    path = str(tmp_path / "runs.sqlite")
+    auto = AutoCompactor(window=2_400, reserve=600, store=path)
+    _loop(auto, 70)
+    stats = rolling_stats(compactor.open_store(path))["auto-compaction"]
+    assert stats["runs"] == auto.compactions >= 2
+    assert 0 < stats["mean_ratio"] < 1 and stats["success_rate"] == 1.0
+    quiet = AutoCompactor(window=2_400, reserve=600, record=False)
+    _loop(quiet, 40)
+    assert quiet.compactions and quiet.store.runs() == []

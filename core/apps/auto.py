@@ -12,11 +12,14 @@ window). Past the trigger the history is compacted with `compact_messages` to `t
 trigger by default, so the next compaction is many turns away), into one store and session: a later
 compaction carries the earlier summary's lines forward, and every id any summary cited stays
 expandable (`auto.expand(ids)`, or offer `EXPAND_TOOL` and answer with `auto.handle_expand_call`).
-The counters (`compactions`, `tokens_saved`, `stats()`) are what a monitor shows.
+The counters (`compactions`, `tokens_saved`, `stats()`) are what a monitor shows, and each
+compaction is recorded in the store as a run of `auto-compaction` (tokens before and after, seconds,
+the session), so `compactor-run --stats --store PATH` lists them beside the pipelines' runs.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -32,6 +35,8 @@ from compactor.text.tokens import get_counter
 
 #: The seeds' trigger: compact at 80% of the window (36k of 45k).
 DEFAULT_TRIGGER = 0.8
+#: The name compactions are recorded under in the store's runs (`compactor.ops.monitor`).
+MONITOR_NAME = "auto-compaction"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +65,8 @@ class AutoCompactor:
     spends outside the messages (tool schemas), counted against the trigger. Every other keyword
     (`keep_last`, `llm`, `query`, `kind`, `keep_files`, `pipeline`, `plugins`, `summary_role`,
     `compress_system`) is passed to `compact_messages`. `on_compact` is called with each
-    `Compaction`, for a monitor or a log line.
+    `Compaction`, for a monitor or a log line; `record=False` keeps compactions out of the store's
+    run records.
     """
 
     def __init__(self, window: int, *, reserve: int | None = None, trigger: int | float | None = None,
@@ -68,7 +74,8 @@ class AutoCompactor:
                  store: str | ChunkStore | None = None, session: str | None = None,
                  pipeline: PipelineArg = "conversation", plugins: Iterable[Any] = (), llm: Any = None,
                  query: str | None = None, encoding: str = "cl100k_base",
-                 on_compact: Callable[[Compaction], None] | None = None, **options: Any) -> None:
+                 on_compact: Callable[[Compaction], None] | None = None, record: bool = True,
+                 **options: Any) -> None:
         if not _count(window) or window <= 0:
             raise InputError(f"window must be a positive number of tokens, not {window!r}")
         if reserve is not None and trigger is not None:
@@ -82,6 +89,7 @@ class AutoCompactor:
         self.store = open_store(store)
         self.session = session or f"auto-{uuid.uuid4().hex[:12]}"
         self.on_compact = on_compact
+        self.record = record
         self._counter = get_counter(encoding)
         self._options: dict[str, Any] = {"keep_last": keep_last, "pipeline": pipeline,
                                          "plugins": tuple(plugins), "llm": llm, "query": query, **options}
@@ -125,14 +133,24 @@ class AutoCompactor:
         """Compact now, whatever the size (a `/compact` command)."""
         before = self.tokens(messages) if tokens_before is None else tokens_before
         budget = max(1, self.target_tokens - self.tools_tokens)
+        started = time.perf_counter()
         result = compact_messages(list(messages), budget, store=self.store, session=self.session,
                                   **self._options)
         after = result.report.get("output_tokens", before) + self.tools_tokens
-        record = Compaction(self.checks, before, after, tuple(result.dropped_ids), result.report.get("kind"))
-        self.history.append(record)
+        event = Compaction(self.checks, before, after, tuple(result.dropped_ids), result.report.get("kind"))
+        self.history.append(event)
         self.last = result
+        if self.record:
+            quality = result.report.get("quality")
+            self.store.record_run({
+                "pipeline": MONITOR_NAME, "time": time.time(), "session": self.session,
+                "seconds": round(time.perf_counter() - started, 6), "success": True, "error": None,
+                "tokens_in": before, "tokens_out": after,
+                "ratio": round(after / before, 4) if before else None,
+                "loss_level": None, "retention": quality if isinstance(quality, int | float) else None,
+                "fallback": False, "compactions": self.compactions, "tokens_saved": self.tokens_saved})
         if self.on_compact is not None:
-            self.on_compact(record)
+            self.on_compact(event)
         return result
 
     def expand(self, ids: Iterable[str]) -> dict[str, str]:
