@@ -390,6 +390,11 @@ class InjectionClassifier(Component):
         self.threshold = threshold
         self.rules = load_rules(rules)
 
+    @staticmethod
+    def check_params(params: dict[str, Any]) -> list[str]:
+        threshold = params["threshold"]
+        return [] if threshold > 0 else [f"threshold must be greater than 0, not {threshold}"]
+
     @hookimpl
     def compactor_classify(self, context: Context, run: Run) -> dict[str, dict[str, Any]]:
         labels: dict[str, dict[str, Any]] = {}

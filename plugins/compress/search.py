@@ -20,6 +20,7 @@ listed in the step report) unless `quarantine: false`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from compactor.components import Component, DataPath
 from compactor.document import Chunk, Context, Fact, Segment, frozen_mapping
@@ -85,6 +86,20 @@ def _titles(context: Context) -> dict[str, str]:
     return {s.id: t for s in context.sources if (t := fx.page_title(s.title, s.text))}
 
 
+def _shares(params: dict[str, Any]) -> list[str]:
+    share = params["share"]
+    return [] if share is None or 0 < share <= 1 else [f"share must be in (0, 1] of the budget, not {share}"]
+
+
+def _unit_interval(params: dict[str, Any], *names: str) -> list[str]:
+    return [f"{n} must be in [0, 1], not {params[n]}" for n in names if not 0 <= params[n] <= 1]
+
+
+def _at_least_one(params: dict[str, Any], *names: str) -> list[str]:
+    return [f"{n} must be at least 1, not {params[n]}" for n in names
+            if params[n] is not None and params[n] < 1]
+
+
 class FactCentric(Component):
     """Strategy A: query-relevant facts with chunk ids and source URLs, merged across batches.
 
@@ -114,6 +129,11 @@ class FactCentric(Component):
         self.quarantine = quarantine
         self.llm = llm
         self.prompt = prompt
+
+    @staticmethod
+    def check_params(params: dict[str, Any]) -> list[str]:
+        return _shares(params) + _unit_interval(params, "threshold", "min_score") + _at_least_one(
+            params, "max_facts") + ([] if params["min_tokens"] >= 0 else ["min_tokens must be 0 or more"])
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
@@ -207,6 +227,11 @@ class ChunkFiltering(Component):
         self.max_chunks = max_chunks
         self.quarantine = quarantine
 
+    @staticmethod
+    def check_params(params: dict[str, Any]) -> list[str]:
+        return _shares(params) + _unit_interval(params, "threshold", "min_score") + _at_least_one(
+            params, "max_chunks")
+
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
         context, chunks = usable(context, run, self.quarantine)
@@ -287,6 +312,10 @@ class Summarization(Component):
         self.llm = llm
         self.prompt = prompt
         self.quarantine = quarantine
+
+    @staticmethod
+    def check_params(params: dict[str, Any]) -> list[str]:
+        return _at_least_one(params, "max_tokens")
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:

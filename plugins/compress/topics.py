@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from compactor.components import Component
 from compactor.document import Chunk, Context, Fact, Segment, frozen_mapping
@@ -73,6 +74,14 @@ class TopicCompressor(Component):
         self.max_facts = max_facts
         self.min_score = min_score
         self.quarantine = quarantine
+
+    @staticmethod
+    def check_params(params: dict[str, Any]) -> list[str]:
+        problems = [] if params["max_facts"] >= 1 else [
+            f"max_facts must be at least 1, not {params['max_facts']}"]
+        if not 0 <= params["min_score"] <= 1:
+            problems.append(f"min_score must be in [0, 1], not {params['min_score']}")
+        return problems
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
