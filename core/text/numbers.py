@@ -15,6 +15,8 @@ nor are the digits of "v4", "x86" or a date.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
@@ -31,6 +33,7 @@ __all__ = [
     "NumberMention",
     "date_key",
     "date_label",
+    "date_matches_of",
     "date_mentions",
     "decimal_key",
     "mask",
@@ -38,6 +41,7 @@ __all__ = [
     "number_mentions",
     "number_values",
     "value_set",
+    "without_dates",
     "zh_numeral",
     "zh_numeral_checked",
 ]
@@ -82,6 +86,9 @@ _ZH_VALUE = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 
              "八": 8, "九": 9}
 _ZH_UNIT = {"十": 10, "百": 100, "千": 1000}
 _DIGITS = regex.compile(r"\d+(?:\.\d+)?")
+_LEADING_DIGITS = regex.compile(r"[\d,]+(?:\.\d+)?")
+#: What every date holds: a month name, 年 or 月, or digits joined by - / . (a cheap test before DATE).
+_DATE_HINT = regex.compile(r"Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec|年|月|\d{4}[-/.]\d|\d/\d")
 _HAN_NUMERAL_CHAR = regex.compile(rf"[{ZH_DIGITS}十百千万亿]")
 
 
@@ -109,17 +116,21 @@ class DateMention:
         return date_label(self.key)
 
 
-def number_mentions(text: str, *, dates: bool = False) -> list[NumberMention]:
+def number_mentions(text: str, *, dates: bool = False,
+                    date_matches: Sequence[regex.Match[str]] | None = None) -> list[NumberMention]:
     """The numbers of `text`, Arabic ones first (with scale words and percent signs), then the
     Chinese numerals that are clearly numbers ("三十五", "百分之五十"; not "一些" or "万一"), each in
     text order. List markers and the digits of dates are not numbers here; with `dates=True` a
-    date's digits are (what a reply must keep of "2024-05-01" includes 2024)."""
-    masked = mask(text, LIST_MARKER)
+    date's digits are (what a reply must keep of "2024-05-01" includes 2024). `date_matches`: the
+    text's `date_matches`, when the caller has them already."""
+    masked = _without_list_markers(text)
     if not dates:
-        masked = mask(masked, DATE)
-    found = [NumberMention(m.group().strip(), m.start(), *_main_and_values(m))
-             for m in NUMBER.finditer(masked)]
-    if _HAN_NUMERAL_CHAR.search(masked):
+        found = date_matches if date_matches is not None else date_matches_of(text)
+        if found:
+            masked = _blank(masked, [(m.start(), m.end()) for m in found])
+    mentions = [NumberMention(m.group().strip(), m.start(), *_main_and_values(m))
+                for m in NUMBER.finditer(masked)]
+    if not masked.isascii() and _HAN_NUMERAL_CHAR.search(masked):
         for match in ZH_NUMERAL.finditer(masked):
             value = zh_numeral_checked(match.group())
             if value is None:
@@ -127,8 +138,44 @@ def number_mentions(text: str, *, dates: bool = False) -> list[NumberMention]:
             values = {decimal_key(value)}
             if match.group().startswith("百分之"):
                 values.add(decimal_key(value / 100))
-            found.append(NumberMention(match.group(), match.start(), decimal_key(value), frozenset(values)))
-    return found
+            mentions.append(NumberMention(match.group(), match.start(), decimal_key(value),
+                                          frozenset(values)))
+    return mentions
+
+
+def date_matches_of(text: str) -> list[regex.Match[str]]:
+    """`DATE` matches of `text`; the pattern runs only where a date can be (a month name, 年 or 月,
+    or digits joined by - / .), as it costs its scan of every position."""
+    if not _may_hold_date(text):
+        return []
+    return list(DATE.finditer(text))
+
+
+def without_dates(text: str, date_matches: Sequence[regex.Match[str]]) -> str:
+    """`text` with its dates blanked (same length)."""
+    return _blank(text, [(m.start(), m.end()) for m in date_matches]) if date_matches else text
+
+
+def _may_hold_date(text: str) -> bool:
+    return _DATE_HINT.search(text) is not None
+
+
+def _without_list_markers(text: str) -> str:
+    if "\n" not in text:  # one line: a marker can only open it
+        found = LIST_MARKER.match(text)
+        return text if found is None else " " * found.end() + text[found.end():]
+    return mask(text, LIST_MARKER)
+
+
+def _blank(text: str, spans: Sequence[tuple[int, int]]) -> str:
+    parts: list[str] = []
+    last = 0
+    for start, end in spans:
+        parts.append(text[last:start])
+        parts.append(" " * (end - start))
+        last = end
+    parts.append(text[last:])
+    return "".join(parts)
 
 
 def number_values(text: str) -> list[tuple[str, frozenset[str]]]:
@@ -136,9 +183,10 @@ def number_values(text: str) -> list[tuple[str, frozenset[str]]]:
     return [(m.text, m.values) for m in number_mentions(text, dates=True)]
 
 
-def date_mentions(text: str) -> list[DateMention]:
+def date_mentions(text: str, date_matches: Sequence[regex.Match[str]] | None = None) -> list[DateMention]:
     """The dates of `text`, in order, with their (year, month, day)."""
-    return [DateMention(m.group().strip(), m.start(), date_key(m)) for m in DATE.finditer(text)]
+    found = date_matches if date_matches is not None else date_matches_of(text)
+    return [DateMention(m.group().strip(), m.start(), date_key(m)) for m in found]
 
 
 def value_set(text: str, *, lenient: bool = False) -> set[str]:
@@ -165,18 +213,23 @@ def match_values(match: regex.Match[str]) -> set[str]:
 
 
 def _main_and_values(match: regex.Match[str]) -> tuple[str, frozenset[str]]:
-    raw = regex.match(r"[\d,]+(?:\.\d+)?", match.group()).group().replace(",", "")  # type: ignore[union-attr]
+    return _values_of(match.group(), match.group("scale"), bool(match.group("pct")))
+
+
+@functools.lru_cache(maxsize=65_536)
+def _values_of(written: str, scale: str | None, percent: bool) -> tuple[str, frozenset[str]]:
+    """(main value, every value) of a number as written (cached: numbers repeat, Decimal is slow)."""
+    raw = _LEADING_DIGITS.match(written).group().replace(",", "")  # type: ignore[union-attr]
     try:
         value = Decimal(raw)
     except InvalidOperation:  # pragma: no cover - the pattern only matches digits
         return raw, frozenset()
     main = value
     values = {value}
-    scale = match.group("scale")
     if scale:
         main = value.scaleb(SCALES[scale.lower()])
         values.add(main)
-    if match.group("pct"):
+    if percent:
         values.add(value / 100)  # "45%" is also "0.45", in either text
     return decimal_key(main), frozenset(decimal_key(v) for v in values)
 

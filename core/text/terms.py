@@ -187,8 +187,7 @@ class Signals:
 
 
 _DIGIT = regex.compile(r"\d")
-_ZH_NUMERAL_HINT = regex.compile(
-    r"[十百千万亿][一二三四五六七八九十零两]|[一二三四五六七八九两][十百千万亿]|百分之")
+_ZH_NUMERAL_HINT = regex.compile(r"[十百千万亿两一二三四五六七八九]")
 
 
 # Sized for a million-token input cut into sentences (~35k chunks): density, importance and
@@ -201,12 +200,14 @@ def signals(text: str) -> Signals:
     backtick for code, a URL prefix...): most sentences hold few of these, and the patterns cost
     their scan of every position."""
     digits = _DIGIT.search(text) is not None
-    number_found = numbers_grammar.number_mentions(text) if digits or _has_zh_numeral(text) else ()
-    date_found = numbers_grammar.date_mentions(text) if digits else ()
+    date_matches = numbers_grammar.date_matches_of(text) if digits else []
+    number_found = (numbers_grammar.number_mentions(text, date_matches=date_matches)
+                    if digits or _has_zh_numeral(text) else ())
+    date_found = numbers_grammar.date_mentions(text, date_matches)
     # Hits weigh information (density, importance): a date's digits and a bare year count too.
     number_hits = len(numbers_grammar.number_mentions(text, dates=True)) if date_found else len(number_found)
-    year_hits = len(numbers_grammar.YEAR.findall(numbers_grammar.mask(text, numbers_grammar.DATE)
-                                                 if date_found else text)) if digits else 0
+    year_hits = len(numbers_grammar.YEAR.findall(numbers_grammar.without_dates(text, date_matches))
+                    ) if digits else 0
     acronyms = frozenset(ACRONYM.findall(text))
     names = {m.strip() for m in NAME.findall(text) if len(m.strip()) > 2}
     has_url = "http" in text or "www." in text
@@ -227,7 +228,8 @@ def signals(text: str) -> Signals:
 
 
 def _has_zh_numeral(text: str) -> bool:
-    return _ZH_NUMERAL_HINT.search(text) is not None
+    """Whether a text without digits may hold a Chinese numeral (ASCII text cannot)."""
+    return not text.isascii() and _ZH_NUMERAL_HINT.search(text) is not None
 
 
 def _has_quote(text: str) -> bool:
