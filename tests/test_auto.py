@@ -161,3 +161,19 @@ def test_a_call_waiting_for_its_results_stays_after_the_summary() -> None:
     assert out[-2:] == [pending, first]
     assert _pairs_intact([*out, {"role": "tool", "tool_call_id": "p1", "content": "{}"}])
 
+
+def test_a_system_prompt_bigger_than_the_target_does_not_fail_the_loop() -> None:
+    # the system prompt alone is past the target (750) but under the trigger (1,500): compacting
+    # takes more of the room below the trigger instead of raising BudgetError mid-loop
+    auto = AutoCompactor(window=2_000, reserve=500)
+    messages = _history(0, system="Rule: always be polite to the customer. " * 110)
+    assert auto.target_tokens < auto.tokens(messages[:1]) < auto.trigger_tokens
+    for i in range(30):
+        messages = auto.maybe_compact([*messages, *_turn(i)])
+        assert auto.tokens(messages) <= auto.trigger_tokens
+        assert messages[0]["content"].startswith("Rule: always")
+    assert auto.compactions >= 2
+    # past the trigger it still fails, and says what to do
+    huge = AutoCompactor(window=2_000, reserve=500)
+    with pytest.raises(compactor.BudgetError, match="compress_system=True"):
+        huge.maybe_compact(_history(30, system="Rule: always be polite. " * 400))

@@ -29,10 +29,11 @@ from compactor.apps.common import PipelineArg
 from compactor.apps.conversation import CompactedMessages, compact_messages
 from compactor.apps.tools import expand, handle_expand_call
 from compactor.document import Message
-from compactor.errors import InputError
+from compactor.errors import BudgetError, InputError
 from compactor.formats.messages import (
     TOKENS_PER_REPLY,
     answers,
+    message_tokens,
     messages_tokens,
     read_messages,
     to_dict,
@@ -142,7 +143,8 @@ class AutoCompactor:
 
         A tool call still waiting for its results at the end (the loop compacts between the model's
         call and running the tools) stays verbatim after the summary, so the results the loop appends
-        next still answer it.
+        next still answer it. When the system message(s) leave no room for a summary at `target`,
+        the compaction takes more of the room below the trigger rather than failing the loop.
         """
         items = list(messages)
         before = self.tokens(items) if tokens_before is None else tokens_before
@@ -179,8 +181,21 @@ class AutoCompactor:
 
     def _compact_within(self, items: list[Any], parsed: Sequence[Message], budget: int,
                         ceiling: int) -> CompactedMessages:
-        return compact_messages(items, max(1, budget), store=self.store, session=self.session,
-                                **self._options)
+        """`compact_messages` at `budget`; if the system message(s) leave no room there, at half the
+        room they leave below `ceiling`, then at `ceiling` itself."""
+        system = sum(message_tokens(m, self._counter) for m in _leading_system(parsed))
+        budgets = sorted({max(1, budget), max(1, min(ceiling, (system + ceiling) // 2)), max(1, ceiling)})
+        budgets = [b for b in budgets if b >= budget] or [max(1, budget)]
+        for attempt in budgets:
+            try:
+                return compact_messages(items, attempt, store=self.store, session=self.session,
+                                        **self._options)
+            except BudgetError as exc:
+                if attempt == budgets[-1]:
+                    raise BudgetError(f"the system message(s) take {system} tokens, too many to compact "
+                                      f"under the trigger ({self.trigger_tokens} tokens): raise the window "
+                                      f"or trigger, or pass compress_system=True ({exc})") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def expand(self, ids: Iterable[str]) -> dict[str, str]:
         """The originals of ids any compaction of this session cited."""
@@ -208,6 +223,16 @@ def _pending_start(messages: Sequence[Message]) -> int:
     if tiles and not tiles[-1].complete and answers(messages[tiles[-1].start]) is None:
         return tiles[-1].start
     return len(messages)
+
+
+def _leading_system(messages: Sequence[Message]) -> list[Message]:
+    """The system (or developer) messages a compaction keeps at the head."""
+    head: list[Message] = []
+    for message in messages:
+        if message.role not in ("system", "developer"):
+            break
+        head.append(message)
+    return head
 
 
 def _count(value: Any) -> bool:
