@@ -203,3 +203,9 @@ def test_json_that_reserialising_would_change_is_left_alone():
     out = reduce_text(same)
     assert out is not None and json.loads(out.text)[1]["amount"] == 1.5
 
+
+def test_json_after_a_byte_order_mark():
+    text = "\ufeff" + json.dumps(RECORDS)
+    out = reduce_text(text, references=["R-117"])
+    assert out is not None and out.kind == "json" and out.kept == 3
+    assert json.loads(out.text.lstrip("\ufeff"))[3] == RECORDS[17]

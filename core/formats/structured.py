@@ -98,7 +98,7 @@ def _json_at(text: str) -> tuple[int, int, Any] | None:
     tries = 0
     for match in re.finditer(r"[\[{]", text):
         start = match.start()
-        if start and text[start - 1] not in " \t\n:=>(" and start > 0:
+        if start and text[start - 1] not in " \t\n:=>(\ufeff" and start > 0:
             continue
         tries += 1
         if tries > 6:
