@@ -135,3 +135,45 @@ def test_compactions_are_runs_the_monitor_lists(tmp_path) -> None:
     quiet = AutoCompactor(window=2_400, reserve=600, record=False)
     _loop(quiet, 40)
     assert quiet.compactions and quiet.store.runs() == []
+
+
+def _history(turns: int, system: str = "You are a support agent.") -> list[dict]:
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Check my orders."}]
+    for i in range(turns):
+        messages += _turn(i)
+    return messages
+
+
+def test_a_call_waiting_for_its_results_stays_after_the_summary() -> None:
+    # the loop compacts between the model's call and running the tools: the results it appends next
+    # must still answer a call in the request, so the pending call (and results so far) stay verbatim
+    auto = AutoCompactor(window=3_000, reserve=1_000)
+    calls = [{"id": f"p{k}", "type": "function", "function": {"name": "get_order", "arguments": "{}"}}
+             for k in range(2)]
+    pending = {"role": "assistant", "content": None, "tool_calls": calls}
+    messages = [*_history(40), pending]
+    out = auto.maybe_compact(messages)
+    assert auto.compactions == 1 and out[-1] == pending and out.summary is not None
+    assert out[-2]["role"] == "assistant" and out[-2]["content"].startswith("Order #W1039")  # tail kept
+    assert auto.tokens(out) <= auto.target_tokens
+    first = {"role": "tool", "tool_call_id": "p0", "content": "{\"status\": \"pending\"}"}
+    out = auto.compact([*messages, first])
+    assert out[-2:] == [pending, first]
+    assert _pairs_intact([*out, {"role": "tool", "tool_call_id": "p1", "content": "{}"}])
+
+
+def test_a_system_prompt_bigger_than_the_target_does_not_fail_the_loop() -> None:
+    # the system prompt alone is past the target (750) but under the trigger (1,500): compacting
+    # takes more of the room below the trigger instead of raising BudgetError mid-loop
+    auto = AutoCompactor(window=2_000, reserve=500)
+    messages = _history(0, system="Rule: always be polite to the customer. " * 110)
+    assert auto.target_tokens < auto.tokens(messages[:1]) < auto.trigger_tokens
+    for i in range(30):
+        messages = auto.maybe_compact([*messages, *_turn(i)])
+        assert auto.tokens(messages) <= auto.trigger_tokens
+        assert messages[0]["content"].startswith("Rule: always")
+    assert auto.compactions >= 2
+    # past the trigger it still fails, and says what to do
+    huge = AutoCompactor(window=2_000, reserve=500)
+    with pytest.raises(compactor.BudgetError, match="compress_system=True"):
+        huge.maybe_compact(_history(30, system="Rule: always be polite. " * 400))

@@ -180,3 +180,32 @@ def test_qa_pipeline_reads_a_json_document_by_structure():
     out = compactor.compress(text, query="What is the status of ORD-5042?", budget=200, pipeline="qa")
     assert '"order_id":"ORD-5042"' in out or '"order_id": "ORD-5042"' in out
     assert "80 rows" in out
+
+
+def test_json_that_reserialising_would_change_is_left_alone():
+    # a duplicate key (json keeps the last one) or a number a float cannot hold would come back
+    # different, unmarked: such text is not reduced (and not minified) at all
+    rows = [{"id": f"R-{i}", "note": "x" * 40, "amount": 1.5} for i in range(50)]
+    lossy = {
+        "duplicate key": json.dumps(rows).replace('{"id": "R-0",', '{"id": "R-0", "id": "R-99",'),
+        "long decimal": json.dumps(rows).replace('"amount": 1.5}', '"amount": 12345678901234567.89}', 1),
+        "overflow": json.dumps(rows).replace('"amount": 1.5}', '"amount": 1e400}', 1),
+        "object": '{"a": 1, "a": 2, "pad": "' + "x" * 500 + '"}',
+        "python literal": repr({"a": 1, "b": [{"k": i, "v": "w" * 40} for i in range(50)]}).replace(
+            "'a': 1,", "'a': 1, 'a': 2,"),
+        "python float": repr([{"k": i, "v": "w" * 40} for i in range(50)]).replace(
+            "'k': 3,", "'k': 0.1000000000000000055511151231257827,"),
+    }
+    for name, text in lossy.items():
+        assert reduce_text(text) is None, name
+    # numbers written differently but holding the same value still reduce
+    same = json.dumps(rows).replace('"amount": 1.5}', '"amount": 1.50e0}')
+    out = reduce_text(same)
+    assert out is not None and json.loads(out.text)[1]["amount"] == 1.5
+
+
+def test_json_after_a_byte_order_mark():
+    text = "\ufeff" + json.dumps(RECORDS)
+    out = reduce_text(text, references=["R-117"])
+    assert out is not None and out.kind == "json" and out.kept == 3
+    assert json.loads(out.text.lstrip("\ufeff"))[3] == RECORDS[17]

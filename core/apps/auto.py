@@ -28,8 +28,17 @@ from typing import Any
 from compactor.apps.common import PipelineArg
 from compactor.apps.conversation import CompactedMessages, compact_messages
 from compactor.apps.tools import expand, handle_expand_call
-from compactor.errors import InputError
-from compactor.formats.messages import messages_tokens, read_messages
+from compactor.document import Message
+from compactor.errors import BudgetError, InputError
+from compactor.formats.messages import (
+    TOKENS_PER_REPLY,
+    answers,
+    message_tokens,
+    messages_tokens,
+    read_messages,
+    to_dict,
+    units,
+)
 from compactor.store import ChunkStore, open_store
 from compactor.text.tokens import get_counter
 
@@ -130,12 +139,29 @@ class AutoCompactor:
         return self.compact(items, tokens_before=before)
 
     def compact(self, messages: Sequence[Any], *, tokens_before: int | None = None) -> CompactedMessages:
-        """Compact now, whatever the size (a `/compact` command)."""
-        before = self.tokens(messages) if tokens_before is None else tokens_before
+        """Compact now, whatever the size (a `/compact` command).
+
+        A tool call still waiting for its results at the end (the loop compacts between the model's
+        call and running the tools) stays verbatim after the summary, so the results the loop appends
+        next still answer it. When the system message(s) leave no room for a summary at `target`,
+        the compaction takes more of the room below the trigger rather than failing the loop.
+        """
+        items = list(messages)
+        before = self.tokens(items) if tokens_before is None else tokens_before
+        parsed = read_messages(items)
         budget = max(1, self.target_tokens - self.tools_tokens)
+        ceiling = max(budget, self.trigger_tokens - self.tools_tokens)
+        split = _pending_start(parsed)
+        pending_tokens = messages_tokens(parsed[split:], self._counter) - TOKENS_PER_REPLY
+        if split == len(parsed) or split < 2 or pending_tokens > budget // 2:
+            split, pending_tokens = len(parsed), 0  # nothing pending, or too big to keep aside
         started = time.perf_counter()
-        result = compact_messages(list(messages), budget, store=self.store, session=self.session,
-                                  **self._options)
+        result = self._compact_within(items[:split], parsed[:split], budget - pending_tokens,
+                                      ceiling - pending_tokens)
+        if split < len(parsed):
+            result.extend(to_dict(m) for m in parsed[split:])
+            result.report["tail"] = [*result.report.get("tail", ()), *range(split, len(parsed))]
+            result.report["output_tokens"] = result.report.get("output_tokens", 0) + pending_tokens
         after = result.report.get("output_tokens", before) + self.tools_tokens
         event = Compaction(self.checks, before, after, tuple(result.dropped_ids), result.report.get("kind"))
         self.history.append(event)
@@ -152,6 +178,24 @@ class AutoCompactor:
         if self.on_compact is not None:
             self.on_compact(event)
         return result
+
+    def _compact_within(self, items: list[Any], parsed: Sequence[Message], budget: int,
+                        ceiling: int) -> CompactedMessages:
+        """`compact_messages` at `budget`; if the system message(s) leave no room there, at half the
+        room they leave below `ceiling`, then at `ceiling` itself."""
+        system = sum(message_tokens(m, self._counter) for m in _leading_system(parsed))
+        budgets = sorted({max(1, budget), max(1, min(ceiling, (system + ceiling) // 2)), max(1, ceiling)})
+        budgets = [b for b in budgets if b >= budget] or [max(1, budget)]
+        for attempt in budgets:
+            try:
+                return compact_messages(items, attempt, store=self.store, session=self.session,
+                                        **self._options)
+            except BudgetError as exc:
+                if attempt == budgets[-1]:
+                    raise BudgetError(f"the system message(s) take {system} tokens, too many to compact "
+                                      f"under the trigger ({self.trigger_tokens} tokens): raise the window "
+                                      f"or trigger, or pass compress_system=True ({exc})") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def expand(self, ids: Iterable[str]) -> dict[str, str]:
         """The originals of ids any compaction of this session cited."""
@@ -170,6 +214,25 @@ class AutoCompactor:
                 "last": None if last is None else {"check": last.check, "tokens_before": last.tokens_before,
                                                    "tokens_after": last.tokens_after,
                                                    "dropped": len(last.dropped_ids), "kind": last.kind}}
+
+
+def _pending_start(messages: Sequence[Message]) -> int:
+    """Where a trailing tool call still waiting for (some of) its results starts; the length when
+    the history does not end that way."""
+    tiles = units(messages)
+    if tiles and not tiles[-1].complete and answers(messages[tiles[-1].start]) is None:
+        return tiles[-1].start
+    return len(messages)
+
+
+def _leading_system(messages: Sequence[Message]) -> list[Message]:
+    """The system (or developer) messages a compaction keeps at the head."""
+    head: list[Message] = []
+    for message in messages:
+        if message.role not in ("system", "developer"):
+            break
+        head.append(message)
+    return head
 
 
 def _count(value: Any) -> bool:

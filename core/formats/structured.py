@@ -20,6 +20,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Sequence, Sized
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Literal
 
 Kind = Literal["json", "jsonl", "csv", "markdown"]
@@ -61,8 +62,31 @@ class Reduced:
 
 # -- detection -------------------------------------------------------------------------------------
 
+class _Lossy(ValueError):
+    """JSON that re-serialising would change: a duplicate key, or a number a float cannot hold."""
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):  # json.loads keeps the last: the others would vanish unmarked
+        raise _Lossy("duplicate key")
+    return value
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if Decimal(text) != Decimal(repr(value)):  # 0.1000000000000000055, 1e400: digits would change
+        raise _Lossy(f"number {text} does not survive as a float")
+    return value
+
+
+#: The decoder for everything reduced: it refuses what its output could not copy faithfully (a
+#: ValueError, so such text is left as it is).
+_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_float=_float)
+
+
 def _loads(text: str) -> Any:
-    return json.loads(text)
+    return _DECODER.decode(text)
 
 
 def _json_at(text: str) -> tuple[int, int, Any] | None:
@@ -70,11 +94,11 @@ def _json_at(text: str) -> tuple[int, int, Any] | None:
     prefix ("Result: {...}") and before a short suffix."""
     if len(text) > _MAX_PARSE:
         return None
-    decoder = json.JSONDecoder()
+    decoder = _DECODER
     tries = 0
     for match in re.finditer(r"[\[{]", text):
         start = match.start()
-        if start and text[start - 1] not in " \t\n:=>(" and start > 0:
+        if start and text[start - 1] not in " \t\n:=>(\ufeff" and start > 0:
             continue
         tries += 1
         if tries > 6:
@@ -99,7 +123,7 @@ def _jsonl(text: str) -> list[Any] | None:
         if stripped[:1] not in "[{":
             return None
         try:
-            rows.append(json.loads(stripped))
+            rows.append(_loads(stripped))
         except ValueError:
             return None
     return rows
@@ -168,10 +192,30 @@ def _python_literal(text: str) -> Any:
     if not stripped or stripped[0] not in "[{" or len(stripped) > 200_000:
         return None
     try:
-        value = ast.literal_eval(stripped)
+        tree = ast.parse(stripped, mode="eval")
+        if not _faithful(tree, stripped):
+            return None
+        value = ast.literal_eval(tree)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
     return value if isinstance(value, dict | list) and _jsonable(value) else None
+
+
+def _faithful(tree: ast.AST, source: str) -> bool:
+    """Whether the literal's value holds all it says: no repeated key (the last would win
+    unmarked), no number a float cannot hold (its digits would change), keys JSON keeps apart."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            keys = [str(k.value) for k in node.keys if isinstance(k, ast.Constant)]
+            if len(set(keys)) != len(keys):
+                return False
+        elif isinstance(node, ast.Constant) and isinstance(node.value, float):
+            written = (ast.get_source_segment(source, node) or "").replace("_", "")
+            try:
+                _float(written)
+            except (ValueError, ArithmeticError):
+                return False
+    return True
 
 
 def _jsonable(value: Any) -> bool:
@@ -360,7 +404,9 @@ def _reduce_json(value: Any, settings: _Settings, depth: int = 0) -> Any:
 
 def _parse_embedded(text: str) -> Any:
     try:
-        value = json.loads(text)
+        value = _loads(text)
+    except _Lossy:
+        return None
     except ValueError:
         value = _python_literal(text)
     return value if isinstance(value, dict | list) else None
