@@ -177,3 +177,26 @@ def test_a_system_prompt_bigger_than_the_target_does_not_fail_the_loop() -> None
     huge = AutoCompactor(window=2_000, reserve=500)
     with pytest.raises(compactor.BudgetError, match="compress_system=True"):
         huge.maybe_compact(_history(30, system="Rule: always be polite. " * 400))
+
+
+def test_a_loop_that_keeps_the_full_history_is_not_compacted_from_scratch_every_turn() -> None:
+    auto = AutoCompactor(window=2_400, reserve=600)
+    full = [{"role": "system", "content": "You are a support agent for an online shop."},
+            {"role": "user", "content": "Please check all my orders and refund order #W1003."}]
+    sent = []
+    for i in range(80):
+        full += _turn(i)
+        sent = auto.maybe_compact(full)  # the loop passes its whole history every time
+        assert auto.tokens(sent) <= auto.trigger_tokens
+        assert _pairs_intact(sent)
+    # compacted about as often as a loop that passes back the compacted list, not at every turn
+    assert 2 <= auto.compactions <= auto.checks // 5
+    other = AutoCompactor(window=2_400, reserve=600)
+    _loop(other, 80)
+    assert auto.compactions <= other.compactions + 1
+    # the last turns sent are the last turns of the full history
+    assert sent[-1] == full[-1]
+    forgetful = AutoCompactor(window=2_400, reserve=600, remember=False)
+    for i in range(1, 30):
+        forgetful.maybe_compact(full[: 2 + 3 * (50 + i)])
+    assert forgetful.compactions == 29  # without the memo every call past the trigger compacts

@@ -19,6 +19,8 @@ the session), so `compactor-run --stats --store PATH` lists them beside the pipe
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -84,7 +86,7 @@ class AutoCompactor:
                  pipeline: PipelineArg = "conversation", plugins: Iterable[Any] = (), llm: Any = None,
                  query: str | None = None, encoding: str = "cl100k_base",
                  on_compact: Callable[[Compaction], None] | None = None, record: bool = True,
-                 **options: Any) -> None:
+                 remember: bool = True, **options: Any) -> None:
         if not _count(window) or window <= 0:
             raise InputError(f"window must be a positive number of tokens, not {window!r}")
         if reserve is not None and trigger is not None:
@@ -99,6 +101,8 @@ class AutoCompactor:
         self.session = session or f"auto-{uuid.uuid4().hex[:12]}"
         self.on_compact = on_compact
         self.record = record
+        self.remember = remember
+        self._memo: tuple[int, str, list[Any]] | None = None  # (messages covered, their digest, result)
         self._counter = get_counter(encoding)
         self._options: dict[str, Any] = {"keep_last": keep_last, "pipeline": pipeline,
                                          "plugins": tuple(plugins), "llm": llm, "query": query, **options}
@@ -130,13 +134,28 @@ class AutoCompactor:
 
     def maybe_compact(self, messages: Sequence[Any]) -> list[Any]:
         """`messages` as they are while under the trigger (the same objects, in a new list);
-        past it, the compacted history as plain message dicts (a `CompactedMessages`)."""
+        past it, the compacted history as plain message dicts (a `CompactedMessages`).
+
+        Either loop works: one that sends back what this returned plus its new turns, and one that
+        keeps the full original history and passes all of it every time. For the second (with
+        `remember`, the default), a history that starts with the one compacted last is read as
+        that compaction's result plus the new turns, so it is not compacted again from scratch."""
         self.checks += 1
         items = list(messages)
-        before = self.tokens(items)
+        memo = self._memo
+        covered = 0
+        if memo is not None and len(items) >= memo[0] and _digest(items[:memo[0]]) == memo[1]:
+            covered = memo[0]
+            current = [*memo[2], *items[covered:]]
+        else:
+            current = items
+        before = self.tokens(current)
         if before <= self.trigger_tokens:
-            return items
-        return self.compact(items, tokens_before=before)
+            return current
+        result = self.compact(current, tokens_before=before)
+        if self.remember:
+            self._memo = (len(items), _digest(items), list(result))
+        return result
 
     def compact(self, messages: Sequence[Any], *, tokens_before: int | None = None) -> CompactedMessages:
         """Compact now, whatever the size (a `/compact` command).
@@ -233,6 +252,13 @@ def _leading_system(messages: Sequence[Message]) -> list[Message]:
             break
         head.append(message)
     return head
+
+
+def _digest(messages: Sequence[Any]) -> str:
+    """A fingerprint of a message list (its messages as plain dicts), to know a history again."""
+    data = json.dumps([to_dict(m) for m in read_messages(list(messages))], sort_keys=True, default=str,
+                      ensure_ascii=False)
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
 
 
 def _count(value: Any) -> bool:

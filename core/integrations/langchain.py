@@ -173,7 +173,7 @@ class CompactorMiddleware(AgentMiddleware):
         if auto is None:
             if window is None:
                 raise TypeError("CompactorMiddleware needs window= (tokens) or auto= (an AutoCompactor)")
-            auto = AutoCompactor(window, **settings)
+            auto = AutoCompactor(window, **{"remember": False, **settings})  # the state is replaced
         elif window is not None or settings:
             raise TypeError("give auto= or AutoCompactor settings, not both")
         self.auto = auto

@@ -81,7 +81,9 @@ class CompactorSession:
         if items is None or isinstance(items, str | Path):
             items = SQLiteSession(session_id, ":memory:" if items is None else items)
         self.items: Session = items
-        self.auto = AutoCompactor(window, store=store, session=f"openai-agents:{session_id}", **options)
+        # the session keeps its own compacted view (and maps results back to items): no memo here
+        self.auto = AutoCompactor(window, store=store, session=f"openai-agents:{session_id}",
+                                  **{"remember": False, **options})
         self._lock = threading.Lock()  # one compaction at a time (runs in a worker thread)
 
     def __repr__(self) -> str:
