@@ -34,6 +34,7 @@ from pydantic import Field
 
 import compactor
 from compactor.apps.tools import expand_ids
+from compactor.formats.messages import TOKENS_PER_REPLY
 from compactor.integrations.langchain import (
     CHUNKS_KEY,
     SOURCE_KEY,
@@ -270,3 +271,29 @@ def test_import_compactor_does_not_import_langchain() -> None:
             "or m.startswith('compactor.integrations') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_middleware_counts_the_system_prompt_and_tools_it_cannot_see_in_the_state() -> None:
+    middleware = CompactorMiddleware(window=4000, trigger=2600, target=0.55, keep_last=2)  # no tools_tokens
+    trigger = middleware.auto.trigger_tokens
+    sizes: list[int] = []
+
+    def check(messages: list[BaseMessage]) -> None:
+        _check_history(messages)
+        sizes.append(compactor.count_message_tokens(convert_to_openai_messages(messages)))
+
+    model = ToolCallingFakeModel(messages=iter([]), check=check)
+    model.messages = _script(model, {})
+    long_system = SYSTEM + " " + " ".join(f"Rule {k}: never promise a refund before the order is checked."
+                                          for k in range(40))
+    agent = create_agent(model, tools=[get_order, search_catalog], system_prompt=long_system,
+                         middleware=[middleware])
+    agent.invoke({"messages": [HumanMessage("Check orders " + ", ".join(ORDERS))]}, {"recursion_limit": 200})
+    overhead = middleware.request_overhead
+    system_only = compactor.count_message_tokens([{"role": "system", "content": long_system}])
+    assert overhead > system_only - 10  # the system prompt and the three tool schemas
+    assert middleware.auto.tools_tokens == overhead
+    tool_schema_tokens = overhead - (system_only - TOKENS_PER_REPLY)
+    # every request after the first one, schemas included, stays under the trigger
+    assert all(size + tool_schema_tokens <= trigger for size in sizes[1:]), (sizes, tool_schema_tokens)
+    assert middleware.compactions >= 2

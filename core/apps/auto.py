@@ -42,7 +42,7 @@ from compactor.formats.messages import (
     units,
 )
 from compactor.store import ChunkStore, open_store
-from compactor.text.tokens import get_counter
+from compactor.text.tokens import TokenCounter, get_counter
 
 #: The seeds' trigger: compact at 80% of the window (36k of 45k).
 DEFAULT_TRIGGER = 0.8
@@ -113,6 +113,11 @@ class AutoCompactor:
     def __repr__(self) -> str:
         return (f"AutoCompactor(window={self.window}, trigger={self.trigger_tokens}, "
                 f"target={self.target_tokens}, compactions={self.compactions})")
+
+    @property
+    def counter(self) -> TokenCounter:
+        """The tokenizer the trigger is measured with (for what a caller adds: tool schemas)."""
+        return self._counter
 
     @property
     def compactions(self) -> int:

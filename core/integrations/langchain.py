@@ -20,11 +20,12 @@ Needs the extra: `pip install "compactor[langchain]"` (langchain, langchain-core
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
-from langchain.agents.middleware import AgentMiddleware, AgentState
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.messages import (
@@ -38,15 +39,17 @@ from langchain_core.messages import (
     convert_to_openai_messages,
 )
 from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from compactor.apps.auto import AutoCompactor
 from compactor.apps.common import llm_mapping, pipeline_for
-from compactor.apps.conversation import CompactedMessages
+from compactor.apps.conversation import CompactedMessages, count_message_tokens
 from compactor.apps.tools import EXPAND_TOOL, EXPAND_TOOL_NAME
 from compactor.document import Context, Segment, Source
+from compactor.formats.messages import TOKENS_PER_REPLY
 from compactor.store import Batch, open_store
 
 #: Metadata keys the compressor adds to each Document it returns.
@@ -161,7 +164,9 @@ class CompactorMiddleware(AgentMiddleware):
     Takes `AutoCompactor`'s settings (`window`, `reserve` or `trigger`, `target`, `keep_last`,
     `tools_tokens`, `store`, `session`, `pipeline`, `plugins`, `llm`, `query`, ...) or a ready
     `auto=`. The state's messages are measured as OpenAI messages; the agent's system prompt and
-    tool schemas are not in the state, so count them in `tools_tokens` (or keep `reserve` for them).
+    tool schemas are not in the state, so the middleware measures them on each model request
+    (`wrap_model_call`) and counts them against the trigger from the next check on (the larger of
+    that and `tools_tokens`); before the first request, only `tools_tokens` counts.
     Past the trigger the state's messages are replaced by the compacted list; the messages it
     keeps are the state's own objects, so ids, AIMessage tool calls and their ToolMessages stay as
     they were, and a tool call is never kept without its results. `tools` holds the `expand_context`
@@ -179,6 +184,9 @@ class CompactorMiddleware(AgentMiddleware):
         self.auto = auto
         self.expand_tool = expand_tool(auto)
         self.tools: Sequence[BaseTool] = [self.expand_tool]
+        self.configured_tools_tokens = auto.tools_tokens
+        #: What the last model request spent outside the state's messages (system prompt, tools).
+        self.request_overhead = 0
 
     def __repr__(self) -> str:
         return f"CompactorMiddleware({self.auto!r})"
@@ -212,6 +220,31 @@ class CompactorMiddleware(AgentMiddleware):
     async def abefore_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """As `before_model` (compaction is local CPU work, milliseconds to a second)."""
         return self.before_model(state, runtime)
+
+    def wrap_model_call(self, request: ModelRequest[Any],
+                        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]) -> ModelResponse[Any]:
+        """Measures the request's system prompt and tool schemas (not in the state) for the next check."""
+        self._measure(request)
+        return handler(request)
+
+    async def awrap_model_call(self, request: ModelRequest[Any],
+                               handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+                               ) -> ModelResponse[Any]:
+        """As `wrap_model_call`."""
+        self._measure(request)
+        return await handler(request)
+
+    def _measure(self, request: ModelRequest[Any]) -> None:
+        counter = self.auto.counter
+        overhead = 0
+        if request.system_message is not None:
+            overhead += count_message_tokens(convert_to_openai_messages([request.system_message]))
+            overhead -= TOKENS_PER_REPLY  # the reply priming is counted with the messages
+        if request.tools:
+            schemas = [t if isinstance(t, dict) else convert_to_openai_tool(t) for t in request.tools]
+            overhead += counter.count(json.dumps(schemas, ensure_ascii=False))
+        self.request_overhead = overhead
+        self.auto.tools_tokens = max(self.configured_tools_tokens, overhead)
 
 
 def expand_tool(auto: AutoCompactor) -> BaseTool:
