@@ -266,6 +266,26 @@ def _digest(messages: Sequence[Any]) -> str:
     return hashlib.sha256(data.encode("utf-8")).hexdigest()
 
 
+class AutoCounters:
+    """The counters of the `AutoCompactor` an adapter owns (`self.auto`), as the adapter's own."""
+
+    auto: AutoCompactor
+
+    @property
+    def compactions(self) -> int:
+        """How many times the history was compacted."""
+        return self.auto.compactions
+
+    @property
+    def tokens_saved(self) -> int:
+        """Tokens the compactions removed from the requests that followed them."""
+        return self.auto.tokens_saved
+
+    def stats(self) -> dict[str, Any]:
+        """The counters, for a monitor."""
+        return self.auto.stats()
+
+
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

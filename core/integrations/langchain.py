@@ -44,7 +44,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from compactor.apps.auto import AutoCompactor
+from compactor.apps.auto import AutoCompactor, AutoCounters
 from compactor.apps.common import llm_mapping, pipeline_for
 from compactor.apps.conversation import CompactedMessages, count_message_tokens
 from compactor.apps.tools import EXPAND_TOOL, EXPAND_TOOL_NAME
@@ -158,7 +158,7 @@ def _segment_source(segment: Segment, result: Context) -> str | None:
 # -- agents -----------------------------------------------------------------------------------------
 
 
-class CompactorMiddleware(AgentMiddleware):
+class CompactorMiddleware(AutoCounters, AgentMiddleware):
     """Compacts the agent's messages before a model call once they pass the trigger.
 
     Takes `AutoCompactor`'s settings (`window`, `reserve` or `trigger`, `target`, `keep_last`,
@@ -191,19 +191,6 @@ class CompactorMiddleware(AgentMiddleware):
     def __repr__(self) -> str:
         return f"CompactorMiddleware({self.auto!r})"
 
-    @property
-    def compactions(self) -> int:
-        """How many times the history was compacted."""
-        return self.auto.compactions
-
-    @property
-    def tokens_saved(self) -> int:
-        """Tokens the compactions removed (sum over compactions)."""
-        return self.auto.tokens_saved
-
-    def stats(self) -> dict[str, Any]:
-        """The AutoCompactor's counters, for a monitor."""
-        return self.auto.stats()
 
     def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """The state update replacing the messages when they passed the trigger, else None."""

@@ -43,7 +43,7 @@ except ImportError as exc:  # the extra is optional
     raise ImportError("compactor.integrations.openai_agents needs the OpenAI Agents SDK: "
                       "pip install 'compactor[agents]'") from exc
 
-from compactor.apps.auto import AutoCompactor
+from compactor.apps.auto import AutoCompactor, AutoCounters
 from compactor.apps.conversation import CompactedMessages
 from compactor.apps.tools import EXPAND_TOOL, EXPAND_TOOL_NAME, handle_expand_call
 from compactor.store import Batch, ChunkStore
@@ -59,7 +59,7 @@ CHECKPOINT_KEY = "openai_agents_view"
 _META = ("type", "id", "status", "call_id", "name", "arguments", "provider_data")
 
 
-class CompactorSession:
+class CompactorSession(AutoCounters):
     """An Agents SDK session whose `get_items()` is the stored history compacted under a budget.
 
     `session_id`: the SDK's session id (also names the compactor store's session). `items`: where
@@ -94,20 +94,10 @@ class CompactorSession:
         """The compactor store holding the originals the summaries cite."""
         return self.auto.store
 
-    @property
-    def compactions(self) -> int:
-        """How many times `get_items` compacted the history (in this process)."""
-        return self.auto.compactions
-
-    @property
-    def tokens_saved(self) -> int:
-        """Tokens the compactions removed from the histories that followed them."""
-        return self.auto.tokens_saved
-
     def stats(self) -> dict[str, Any]:
         """The `AutoCompactor` counters plus how many items the compacted view stands for."""
         view = self._checkpoint()
-        return {**self.auto.stats(), "session_id": self.session_id,
+        return {**super().stats(), "session_id": self.session_id,
                 "covered_items": 0 if view is None else view["covered"]}
 
     # -- the Session protocol -------------------------------------------------------------------
