@@ -257,3 +257,67 @@ def test_import_compactor_does_not_load_the_sdk() -> None:
             "print('agents' in sys.modules, 'compactor.integrations.openai_agents' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+class ManyCalls:
+    """The scripted model for one long run: a get_order call per model request until `calls` results
+    are in, then a final answer."""
+
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
+        self.count = itertools.count()
+
+    def __call__(self, request: Recorded) -> Reply:
+        model = str(request.json.get("model"))
+        done = sum(1 for m in request.json["messages"] if m["role"] == "tool")
+        n = next(self.count)
+        if n >= self.calls:
+            return Reply(body=_completion({"role": "assistant", "content": f"Checked {done} orders."}, model))
+        call = {"id": f"call_{n}", "type": "function",
+                "function": {"name": "get_order", "arguments": json.dumps({"order_id": f"#W{1000 + n}"})}}
+        return Reply(body=_completion({"role": "assistant", "content": None, "tool_calls": [call]}, model))
+
+
+def test_the_input_filter_compacts_within_one_long_run(tmp_path) -> None:
+    session = CompactorSession("long-run", window=WINDOW, reserve=2_500, tools_tokens=300,
+                               store=str(tmp_path / "compactor.db"))
+
+    async def run(server: FakeOpenAI) -> str:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        model = OpenAIChatCompletionsModel(model="test-model", openai_client=client)
+        agent = Agent(name="support", instructions="You are a support agent for an online shop.",
+                      tools=[get_order, session.expand_tool()], model=model)
+        result = await Runner.run(agent, "check orders #W1000 to #W1013", session=session, max_turns=30,
+                                  run_config=session.run_config(tracing_disabled=True))
+        await client.close()
+        return str(result.final_output)
+
+    with FakeOpenAI() as server:
+        server.respond = ManyCalls(14)
+        final = asyncio.run(run(server))
+        requests = list(server.requests)
+    assert final.startswith("Checked")
+    assert len(requests) == 15 and session.compactions >= 2  # compacted inside the one run
+    for request in requests:
+        messages = request.json["messages"]
+        assert messages[0]["role"] == "system" and _valid_chat(messages)
+        assert _request_tokens(request) <= WINDOW - 2_500 + 300  # trigger, with the schemas measured apart
+    last = requests[-1].json["messages"]
+    summary = next(m["content"] for m in last if str(m.get("content")).startswith("[compactor]"))
+    cited = ID.findall(summary)[0]
+    assert "order_id" in session.expand([cited])[cited] or "check orders" in session.expand([cited])[cited]
+    # without the filter the same run sends the whole growing history
+    plain = CompactorSession("long-run-plain", window=WINDOW, reserve=2_500, tools_tokens=300)
+
+    async def run_plain(server: FakeOpenAI) -> None:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        model = OpenAIChatCompletionsModel(model="test-model", openai_client=client)
+        agent = Agent(name="support", instructions="You are a support agent.", tools=[get_order], model=model)
+        await Runner.run(agent, "check orders", session=plain, max_turns=30,
+                         run_config=RunConfig(tracing_disabled=True))
+        await client.close()
+
+    with FakeOpenAI() as server:
+        server.respond = ManyCalls(14)
+        asyncio.run(run_plain(server))
+        assert max(_request_tokens(r) for r in server.requests) > WINDOW - 2_500 + 300

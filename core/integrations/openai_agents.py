@@ -36,9 +36,10 @@ from pathlib import Path
 from typing import Any, cast
 
 try:
-    from agents import FunctionTool, function_tool
+    from agents import FunctionTool, RunConfig, function_tool
     from agents.items import TResponseInputItem
     from agents.memory import Session, SessionSettings, SQLiteSession
+    from agents.run_config import CallModelData, ModelInputData
 except ImportError as exc:  # the extra is optional
     raise ImportError("compactor.integrations.openai_agents needs the OpenAI Agents SDK: "
                       "pip install 'compactor[agents]'") from exc
@@ -68,8 +69,9 @@ class CompactorSession(AutoCounters):
     view (None: memory; a path: a SQLite file). `window`, `reserve`, `trigger`, `target`,
     `tools_tokens`, `keep_last` and every other keyword go to `AutoCompactor`; count the agent's
     instructions and tool schemas in `tools_tokens` (or in `reserve`) since they are sent outside
-    the session. The budget holds at the start of each run; the items a run adds (tool calls and
-    outputs) are compacted at the next one, so leave them room in `reserve`. A `session_settings`
+    the session. The budget holds at the start of each run; to hold it before every model call of
+    a run too (a run of many tool calls), run with `run_config=session.run_config()` (its
+    `call_model_input_filter` is `input_filter`). A `session_settings`
     with a `limit` makes the runner read `get_items(limit)`, the latest stored items uncompacted.
     """
 
@@ -85,6 +87,7 @@ class CompactorSession(AutoCounters):
         self.auto = AutoCompactor(window, store=store, session=f"openai-agents:{session_id}",
                                   **{"remember": False, **options})
         self._lock = threading.Lock()  # one compaction at a time (runs in a worker thread)
+        self._run_view: dict[str, Any] | None = None  # `input_filter`'s compaction within a run
 
     def __repr__(self) -> str:
         return f"CompactorSession({self.session_id!r}, {self.auto!r})"
@@ -139,21 +142,54 @@ class CompactorSession(AutoCounters):
 
     def _compacted(self, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
         with self._lock:
-            view = self._checkpoint()
-            if view is not None and not _covers(view, raw):
-                view = None  # items were popped or replaced under it: start from the stored items
-            covered = 0 if view is None else view["covered"]
-            current = [*(view["items"] if view is not None else ()), *raw[covered:]]
-            if not current:
-                return []
-            messages, owners = to_messages(current)
-            before = self.auto.compactions
-            self.auto.maybe_compact(messages)
-            if self.auto.compactions == before or self.auto.last is None:  # under the trigger
-                return drop_orphan_outputs(current)
-            out = from_compaction(current, owners, self.auto.last)
-            self._save({"covered": len(raw), "digest": _digest(raw[-1]), "items": out})
+            out, view = self._compact_view(raw, self._checkpoint())
+            if view is not None:
+                self._save(view)
             return out
+
+    def _compact_view(self, raw: list[dict[str, Any]], view: dict[str, Any] | None,
+                      ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """`raw` as sent: the items of `view` (an earlier compaction of a prefix of `raw`) plus the
+        rest, compacted when past the trigger; and the new view when it compacted, else None."""
+        if view is not None and not _covers(view, raw):
+            view = None  # items were popped or replaced under it: start from the items given
+        covered = 0 if view is None else view["covered"]
+        current = [*(view["items"] if view is not None else ()), *raw[covered:]]
+        if not current:
+            return [], None
+        messages, owners = to_messages(current)
+        before = self.auto.compactions
+        self.auto.maybe_compact(messages)
+        if self.auto.compactions == before or self.auto.last is None:  # under the trigger
+            return drop_orphan_outputs(current), None
+        out = from_compaction(current, owners, self.auto.last)
+        return out, {"covered": len(raw), "digest": _digest(raw[-1]), "items": out}
+
+    # -- within a run ------------------------------------------------------------------------------
+
+    def input_filter(self, data: CallModelData[Any]) -> ModelInputData:
+        """A `RunConfig.call_model_input_filter`: compacts before every model call of a run, not only
+        when the run starts (a run of many tool calls grows its input past the trigger). The
+        agent's instructions are counted against the trigger. Kept items are the run's own objects;
+        the run's view is kept in this process until the next run reads the session."""
+        given = data.model_data
+        instructions = given.instructions or ""
+        extra = self.auto.counter.count(instructions) + 4 if instructions else 0  # sent as a system message
+        raw = [_as_dict(i) for i in given.input]
+        with self._lock:
+            configured = self.auto.tools_tokens
+            self.auto.tools_tokens = configured + extra
+            try:
+                out, view = self._compact_view(raw, self._run_view)
+            finally:
+                self.auto.tools_tokens = configured
+            if view is not None:
+                self._run_view = view
+        return ModelInputData(input=cast(list[TResponseInputItem], out), instructions=given.instructions)
+
+    def run_config(self, **settings: Any) -> RunConfig:
+        """A `RunConfig` with `input_filter` as its `call_model_input_filter` (and `settings`)."""
+        return RunConfig(call_model_input_filter=self.input_filter, **settings)
 
     def _checkpoint(self) -> dict[str, Any] | None:
         view = self.store.knowledge(self.auto.session, CHECKPOINT_KEY)
