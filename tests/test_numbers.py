@@ -70,3 +70,14 @@ def test_the_guard_uses_the_grammar_module() -> None:
     import compactor.text.fidelity as fidelity
 
     assert fidelity._NUMBER is nb.NUMBER and fidelity._DATE is nb.DATE
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("一亿两千万", "120000000"), ("五亿三千万零八", "530000008"), ("三万亿", "3000000000000"),
+    ("一亿零五百万", "105000000"), ("十二万五千", "125000"),
+])
+def test_chinese_big_numbers_scale_each_section_once(text: str, value: str) -> None:
+    # 万 after 亿 scales only what follows the 亿 (it multiplied the 亿 part too: 1.00002e12)
+    assert [m.value for m in nb.number_mentions(text)] == [value]
+    assert not [f for f in find_invented("预算1.2亿元。", "预算一亿两千万元。") if f.kind == "number"]
+    assert _loss("预算一亿两千万元。", "预算120000000元。")["retention"] == 1.0

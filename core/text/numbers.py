@@ -246,20 +246,23 @@ def zh_numeral(text: str) -> Decimal | None:
         return None
     if all(c in _ZH_VALUE for c in text) and len(text) > 1:  # digit by digit: "二〇二六"
         return Decimal("".join(str(_ZH_VALUE[c]) for c in text))
-    total, section, digit = 0, 0, None
+    # 亿 scales everything before it; 万 only what follows the last 亿 ("一亿两千万" is 1.2e8)
+    total, wan, section, digit = 0, 0, 0, None
     for char in text:
         if char in _ZH_VALUE:
             digit = _ZH_VALUE[char]
         elif char in _ZH_UNIT:
             section += (1 if digit is None else digit) * _ZH_UNIT[char]
             digit = None
-        elif char in ("万", "亿"):
-            big = 10_000 if char == "万" else 100_000_000
-            total = (total + section + (digit or 0)) * big
+        elif char == "万":
+            wan = (wan + section + (digit or 0)) * 10_000
             section, digit = 0, None
+        elif char == "亿":
+            total = (total + wan + section + (digit or 0)) * 100_000_000
+            wan, section, digit = 0, 0, None
         else:  # pragma: no cover - the pattern admits nothing else
             return None
-    return Decimal(total + section + (digit or 0))
+    return Decimal(total + wan + section + (digit or 0))
 
 
 def zh_numeral_checked(text: str) -> Decimal | None:
