@@ -81,3 +81,16 @@ def test_chinese_big_numbers_scale_each_section_once(text: str, value: str) -> N
     assert [m.value for m in nb.number_mentions(text)] == [value]
     assert not [f for f in find_invented("预算1.2亿元。", "预算一亿两千万元。") if f.kind == "number"]
     assert _loss("预算一亿两千万元。", "预算120000000元。")["retention"] == 1.0
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("3万5千", "35000"), ("1亿2000万", "120000000"), ("1亿2千万", "120000000"), ("2万3百", "20300"),
+])
+def test_mixed_chinese_amounts_are_one_number(text: str, value: str) -> None:
+    # "3万5千" was two numbers, 30000 and 5000: "35000" was flagged and 30000 reported lost
+    assert [m.value for m in nb.number_mentions(f"有{text}人")] == [value]
+    source, faithful = f"有{text}人。", f"有{value}人。"
+    assert not [f for f in find_invented(faithful, source) if f.kind == "number"]
+    assert _loss(source, faithful)["retention"] == 1.0
+    assert [f for f in find_invented("有3万6千人。", "有3万5千人。") if f.kind == "number"]
+    assert _loss("有3万5千人。", "有36000人。")["lost"] == ["35000"]

@@ -51,7 +51,9 @@ DateKey = tuple[int | None, int | None, int | None]
 # Numbers not glued to Latin letters/digits: "61,000", "3.5", "45%", "14th"; not the "4" of "v4" or "x86".
 NUMBER = regex.compile(
     r"(?<![A-Za-z0-9_.,])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:st|nd|rd|th)?(?![A-Za-z0-9_]|\.\d|,\d{3})"
-    r"(?:\s*(?P<scale>thousand|million|billion|trillion|[万亿千])(?![A-Za-z]))?"
+    r"(?:\s*(?P<scale>thousand|million|billion|trillion|[万亿千])(?![A-Za-z])"
+    # the rest of a mixed Chinese amount: "3万5千" is 35000, "1亿2000万" 120000000
+    r"(?P<more>(?<=万)\d{1,4}[千百十](?!\d)|(?<=亿)\d{1,4}(?:\.\d+)?(?:千万|百万|[千百十万])(?!\d))?)?"
     r"(?P<pct>\s*(?:%|％|percent\b|per\s+cent\b))?",
     regex.IGNORECASE,
 )
@@ -86,6 +88,7 @@ _ZH_VALUE = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 
              "八": 8, "九": 9}
 _ZH_UNIT = {"十": 10, "百": 100, "千": 1000}
 _DIGITS = regex.compile(r"\d+(?:\.\d+)?")
+_MORE_UNITS = {"十": 1, "百": 2, "千": 3, "万": 4}
 _LEADING_DIGITS = regex.compile(r"[\d,]+(?:\.\d+)?")
 #: What every date holds: a month name, 年 or 月, or digits joined by - / . (a cheap test before DATE).
 _DATE_HINT = regex.compile(r"Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec|年|月|\d{4}[-/.]\d|\d/\d")
@@ -213,12 +216,14 @@ def match_values(match: regex.Match[str]) -> set[str]:
 
 
 def _main_and_values(match: regex.Match[str]) -> tuple[str, frozenset[str]]:
-    return _values_of(match.group(), match.group("scale"), bool(match.group("pct")))
+    return _values_of(match.group(), match.group("scale"), bool(match.group("pct")), match.group("more"))
 
 
 @functools.lru_cache(maxsize=65_536)
-def _values_of(written: str, scale: str | None, percent: bool) -> tuple[str, frozenset[str]]:
-    """(main value, every value) of a number as written (cached: numbers repeat, Decimal is slow)."""
+def _values_of(written: str, scale: str | None, percent: bool,
+               more: str | None = None) -> tuple[str, frozenset[str]]:
+    """(main value, every value) of a number as written (cached: numbers repeat, Decimal is slow).
+    `more`: what follows the scale of a mixed Chinese amount ("5千" of "3万5千"), added to it."""
     raw = _LEADING_DIGITS.match(written).group().replace(",", "")  # type: ignore[union-attr]
     try:
         value = Decimal(raw)
@@ -229,6 +234,11 @@ def _values_of(written: str, scale: str | None, percent: bool) -> tuple[str, fro
     if scale:
         main = value.scaleb(SCALES[scale.lower()])
         values.add(main)
+    if scale and more:
+        digits = _LEADING_DIGITS.match(more).group()  # type: ignore[union-attr]
+        unit = sum(_MORE_UNITS[c] for c in more[len(digits):])
+        main += Decimal(digits).scaleb(unit)
+        values = {main}  # "3万5千" is neither 3 nor 30000
     if percent:
         values.add(value / 100)  # "45%" is also "0.45", in either text
     return decimal_key(main), frozenset(decimal_key(v) for v in values)
