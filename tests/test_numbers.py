@@ -94,3 +94,14 @@ def test_mixed_chinese_amounts_are_one_number(text: str, value: str) -> None:
     assert _loss(source, faithful)["retention"] == 1.0
     assert [f for f in find_invented("有3万6千人。", "有3万5千人。") if f.kind == "number"]
     assert _loss("有3万5千人。", "有36000人。")["lost"] == ["35000"]
+
+
+def test_dates_in_chinese_numerals_are_dates() -> None:
+    # "二〇二四年五月一日" was no date: its restatement "2024-05-01" was flagged as invented
+    assert [m.label for m in nb.date_mentions("项目于二〇二四年五月一日启动")] == ["2024-05-01"]
+    assert [m.label for m in nb.date_mentions("截止十二月三十一日")] == ["12-31"]
+    assert nb.number_mentions("二零二四年十二月三十一日") == []  # a date's numerals are not numbers
+    source = "项目于二〇二四年五月一日启动。"
+    assert not [f for f in find_invented("项目于2024-05-01启动。", source) if f.kind in ("number", "date")]
+    assert [f for f in find_invented("项目于2024-06-01启动。", source) if f.kind == "date"]
+    assert _loss("项目于2024年5月1日启动。", source)["retention"] == 1.0

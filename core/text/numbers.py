@@ -67,6 +67,8 @@ MONTHS = {
 _MONTH = (r"(?P<{g}>Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
           r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?")
 _ORD = r"(?:st|nd|rd|th)?"
+_ZH_MONTH = "十[一二]?|[一二三四五六七八九]"
+_ZH_DAY = "[二三]?十[一二三四五六七八九]?|三十|[一二三四五六七八九]"
 DATE = regex.compile(
     "|".join([
         r"(?<!\d)(?P<iy>\d{4})[-/.](?P<im>\d{1,2})[-/.](?P<id>\d{1,2})(?!\d)",
@@ -78,6 +80,9 @@ DATE = regex.compile(
         rf"(?P<d5>\d{{1,2}}){_ORD}\s+(?:of\s+)?" + _MONTH.format(g="m5") + r"\b",
         r"(?P<zy>\d{4})\s*年\s*(?P<zm>\d{1,2})\s*月(?:\s*(?P<zd>\d{1,2})\s*[日号])?",
         r"(?<!\d)(?P<zm2>\d{1,2})\s*月\s*(?P<zd2>\d{1,2})\s*[日号]",
+        # in Chinese numerals: "二〇二四年五月一日", "十二月三十一日"
+        rf"(?P<hy>[〇零一二三四五六七八九]{{4}})\s*年\s*(?P<hm>{_ZH_MONTH})\s*月(?:\s*(?P<hd>{_ZH_DAY})\s*[日号])?",
+        rf"(?<![〇零一二三四五六七八九十])(?P<hm2>{_ZH_MONTH})\s*月\s*(?P<hd2>{_ZH_DAY})\s*[日号]",
     ]),
 )
 #: A bare year ("in 2023", "2023年"): a number to the grammar above, but a time reference to
@@ -311,8 +316,17 @@ def date_key(match: regex.Match[str]) -> DateKey:
     for i in "12345":
         if groups.get(f"m{i}"):
             return num(f"y{i}"), month(f"m{i}"), num(f"d{i}")
+    def han(name: str) -> int | None:
+        value = groups.get(name)
+        number = zh_numeral(value) if value else None
+        return None if number is None else int(number)
+
     if groups.get("zy"):
         return num("zy"), num("zm"), num("zd")
+    if groups.get("hy"):
+        return han("hy"), han("hm"), han("hd")
+    if groups.get("hm2"):
+        return None, han("hm2"), han("hd2")
     return None, num("zm2"), num("zd2")
 
 
