@@ -321,3 +321,34 @@ def test_the_input_filter_compacts_within_one_long_run(tmp_path) -> None:
         server.respond = ManyCalls(14)
         asyncio.run(run_plain(server))
         assert max(_request_tokens(r) for r in server.requests) > WINDOW - 2_500 + 300
+
+
+def test_items_replaced_under_a_view_that_end_the_same_way_are_read_afresh() -> None:
+    # the view checked only the last item it covered: popping a rewound exchange and adding another
+    # that ends the same way ("yes") served the old summary and lost the new request
+    session = CompactorSession("rewind", window=3_000, reserve=1_200, keep_last=2)
+
+    def exchange(order: str) -> list[Any]:
+        return [{"role": "user", "content": f"Refund order {order} instead?"},
+                {"role": "assistant", "content": "Done."}, {"role": "user", "content": "yes"}]
+
+    async def go() -> None:
+        for i in range(8):
+            await session.add_items([  # type: ignore[list-item]
+                {"role": "user", "content": f"order #W{3000 + i}"},
+                {"type": "function_call", "call_id": f"c{i}", "name": "get_order",
+                 "arguments": json.dumps({"order_id": f"#W{3000 + i}"})},
+                {"type": "function_call_output", "call_id": f"c{i}",
+                 "output": json.dumps(_order(f"#W{3000 + i}"))},
+                {"role": "assistant", "content": "Done."}])
+        await session.add_items(exchange("#W3001"))  # type: ignore[arg-type]
+        first = json.dumps(await session.get_items())
+        assert session.compactions == 1 and "#W3001 instead" in first
+        for _ in range(3):
+            await session.pop_item()
+        await session.add_items(exchange("#W9999"))  # type: ignore[arg-type]
+        second = json.dumps(await session.get_items())
+        assert "#W9999 instead" in second and "#W3001 instead" not in second
+        assert session.compactions == 2
+
+    asyncio.run(go())

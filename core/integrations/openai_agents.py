@@ -163,7 +163,7 @@ class CompactorSession(AutoCounters):
         if self.auto.compactions == before or self.auto.last is None:  # under the trigger
             return drop_orphan_outputs(current), None
         out = from_compaction(current, owners, self.auto.last)
-        return out, {"covered": len(raw), "digest": _digest(raw[-1]), "items": out}
+        return out, {"covered": len(raw), "digest": _digest(raw), "items": out}
 
     # -- within a run ------------------------------------------------------------------------------
 
@@ -344,12 +344,18 @@ def _as_dict(item: Any) -> dict[str, Any]:
     return dict(item)
 
 
-def _digest(item: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(item, sort_keys=True, default=str).encode()).hexdigest()
+def _digest(items: Sequence[dict[str, Any]]) -> str:
+    """A fingerprint of every item (not the last one only: items popped and replaced by others
+    that end the same way would pass for the ones a view summarised)."""
+    digest = hashlib.sha256()
+    for item in items:
+        digest.update(json.dumps(item, sort_keys=True, default=str).encode())
+        digest.update(b"\n")
+    return "items:" + digest.hexdigest()
 
 
 def _covers(view: dict[str, Any], raw: Sequence[dict[str, Any]]) -> bool:
     """Whether the stored items still begin with the ones the view was computed from."""
     covered = view.get("covered")
     return (isinstance(covered, int) and 0 < covered <= len(raw)
-            and view.get("digest") == _digest(raw[covered - 1]))
+            and view.get("digest") == _digest(raw[:covered]))
