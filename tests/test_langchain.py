@@ -297,3 +297,37 @@ def test_the_middleware_counts_the_system_prompt_and_tools_it_cannot_see_in_the_
     # every request after the first one, schemas included, stays under the trigger
     assert all(size + tool_schema_tokens <= trigger for size in sizes[1:]), (sizes, tool_schema_tokens)
     assert middleware.compactions >= 2
+
+
+def test_the_middleware_counts_a_structured_output_schema_in_async_runs() -> None:
+    # response_format's schema goes to the model outside request.tools (a tool per schema for
+    # ToolStrategy); it was not counted, so requests could pass the trigger by its size
+    from langchain.agents.structured_output import ProviderStrategy, ToolStrategy
+    from pydantic import BaseModel
+
+    class Refunds(BaseModel):
+        """The orders to refund, with a reason for each one the customer should read."""
+
+        order_ids: list[str] = Field(description="Order ids like #W1003 whose status is pending")
+        reasons: list[str] = Field(description="One sentence per refunded order, in the same order")
+
+    def run(response_format: Any) -> CompactorMiddleware:
+        middleware = CompactorMiddleware(window=4000, trigger=2600)
+        model = ToolCallingFakeModel(messages=iter([]))
+        answer = {"name": "Refunds", "args": {"order_ids": [], "reasons": []}, "id": "call_final"}
+        model.messages = iter([AIMessage(content="", tool_calls=[answer] if response_format else []),
+                               AIMessage(content="done")])
+        agent = create_agent(model, tools=[get_order], system_prompt=SYSTEM, middleware=[middleware],
+                             response_format=response_format)
+        asyncio.run(agent.ainvoke({"messages": [HumanMessage("Refund pending orders")]}))
+        return middleware
+
+    plain = run(None).request_overhead
+    with_tool = run(ToolStrategy(Refunds)).request_overhead
+    assert with_tool - plain > 40  # the Refunds schema, its descriptions included
+    from compactor.integrations.langchain import response_format_schemas
+
+    schema = response_format_schemas(ProviderStrategy(Refunds))
+    assert schema and schema[0]["function"]["parameters"]["properties"]["order_ids"]
+    assert response_format_schemas(Refunds) == response_format_schemas(ToolStrategy(Refunds))
+    assert response_format_schemas(None) == []

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain.agents.structured_output import AutoStrategy, ToolStrategy
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.messages import (
@@ -227,11 +228,31 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
         if request.system_message is not None:
             overhead += count_message_tokens(convert_to_openai_messages([request.system_message]))
             overhead -= TOKENS_PER_REPLY  # the reply priming is counted with the messages
-        if request.tools:
-            schemas = [t if isinstance(t, dict) else convert_to_openai_tool(t) for t in request.tools]
-            overhead += counter.count(json.dumps(schemas, ensure_ascii=False))
+        schemas = [t if isinstance(t, dict) else convert_to_openai_tool(t) for t in request.tools or ()]
+        schemas += response_format_schemas(request.response_format)
+        if schemas:
+            overhead += counter.count(json.dumps(schemas, ensure_ascii=False, default=str))
         self.request_overhead = overhead
         self.auto.tools_tokens = max(self.configured_tools_tokens, overhead)
+
+
+def response_format_schemas(response_format: Any) -> list[dict[str, Any]]:
+    """The schemas a structured-output `response_format` adds to a request (a tool per schema for
+    `ToolStrategy`, the JSON schema for `ProviderStrategy`), as tool specs to count; they are sent
+    outside `request.tools`."""
+    if response_format is None:
+        return []
+    specs = getattr(response_format, "schema_specs", None)
+    if specs is None and getattr(response_format, "schema_spec", None) is not None:
+        specs = [response_format.schema_spec]
+    if specs is None:  # AutoStrategy, or a bare schema (a pydantic model, a dict...)
+        try:
+            schema = response_format.schema if isinstance(response_format, AutoStrategy) else response_format
+            specs = ToolStrategy(schema).schema_specs
+        except Exception:  # a schema LangChain itself cannot read: nothing to count
+            return []
+    return [{"type": "function", "function": {"name": spec.name, "description": spec.description,
+                                              "parameters": spec.json_schema}} for spec in specs]
 
 
 def expand_tool(auto: AutoCompactor) -> BaseTool:
