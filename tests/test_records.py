@@ -233,3 +233,21 @@ def test_the_cli_exits_2_with_the_located_message(tmp_path: Path) -> None:
     assert stdin.returncode == 2
     assert "<stdin>:2: `text` must be a string, not a list" in stdin.stderr
     assert "Traceback" not in result.stderr + stdin.stderr
+
+
+def test_jsonl_lines_end_at_line_breaks_only(tmp_path: Path) -> None:
+    # JSON strings may hold U+2028, U+2029 and U+0085 unescaped (JSON.stringify, ensure_ascii=False
+    # write them); str.splitlines() cut the line there and the record was refused as invalid JSON
+    texts = ["one\u2028two", "three\u2029four", "five\u0085six", "plain"]
+    path = tmp_path / "seps.jsonl"
+    path.write_bytes("\r\n".join(json.dumps({"text": t}, ensure_ascii=False) for t in texts).encode())
+    assert [s.text for s in read_paths([str(path)])] == texts
+    out = tmp_path / "out.jsonl"
+    run_batch(*GENERIC, path, out, executor="serial")
+    lines = out.read_text(encoding="utf-8").split("\n")[:-1]  # the output holds U+2028 too
+    assert [json.loads(line)["ok"] for line in lines] == [True] * 4
+    old_mac = tmp_path / "cr.jsonl"
+    old_mac.write_bytes(b'{"text": "a"}\r{"text": 7}\r')
+    with pytest.raises(InputError, match=r"cr\.jsonl:2: `text` must be a string"):
+        read_paths([str(old_mac)])
+

@@ -71,6 +71,9 @@ _TIMESTAMP = regex.compile(
     r"(?:(\d+):)?(\d{1,2}):(\d{2})[.,](\d{1,3})\s*-->\s*(?:(\d+):)?(\d{1,2}):(\d{2})[.,](\d{1,3})"
 )
 _JSON_SPACE = regex.compile(r"[ \t\n\r]*")
+#: JSONL's line breaks: not str.splitlines()'s, which also splits at U+2028, U+0085, \x1c...,
+#: characters a JSON string may hold unescaped (JSON.stringify and ensure_ascii=False write them).
+_LINE_BREAK = regex.compile(r"\r\n|\r|\n")
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +179,7 @@ def parse_line(line: str | bytes, name: str, number: int) -> Any:
 def jsonl_items(text: str, name: str) -> list[Item]:
     """The records of a JSONL text, each located at its line."""
     return [Item(parse_line(line, name, number), f"{name}:{number}", f"{name}#{number}")
-            for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+            for number, line in enumerate(_LINE_BREAK.split(text), 1) if line.strip()]
 
 
 def json_items(text: str, name: str) -> list[Item]:
