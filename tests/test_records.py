@@ -251,3 +251,34 @@ def test_jsonl_lines_end_at_line_breaks_only(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"cr\.jsonl:2: `text` must be a string"):
         read_paths([str(old_mac)])
 
+
+@pytest.mark.parametrize(("name", "data", "message"), [
+    ("big.jsonl", b'{"text": "x"}\n{"text": "y", "n": ' + b"9" * 5000 + b"}\n",
+     r"big\.jsonl:2: unreadable JSON line: Exceeds the limit \(4300 digits\)"),
+    ("big.json", b'[{"text": "x", "n": ' + b"9" * 5000 + b"}]", r"big\.json: unreadable JSON: Exceeds"),
+    ("deep.json", b"[" * 100_000 + b"]" * 100_000, r"deep\.json: unreadable JSON: nested too deeply"),
+    ("deep.jsonl", b'{"text": "x"}\n' + b"[" * 100_000 + b"]" * 100_000,
+     r"deep\.jsonl:2: unreadable JSON line: nested too deeply"),
+    ("half.jsonl", b'{"text": "ok \\ud83d\\ude00"}\n{"text": "a \\ud800 b"}\n',
+     r"half\.jsonl:2: \\ud800 is half of a surrogate pair"),
+    ("half.json", b'[{"text": "a \\uDC00 b"}]', r"half\.json: \\udc00 is half of a surrogate pair"),
+    ("noboom.jsonl", '{"text": "x"}\n'.encode("utf-16-le"), r"noboom\.jsonl: .*UTF-16/32 text without"),
+])
+def test_unreadable_json_is_an_input_error_with_its_place(tmp_path: Path, name: str, data: bytes,
+                                                          message: str) -> None:
+    # these raised ValueError or RecursionError (an internal error in the CLI), or passed a lone
+    # surrogate on to fail when the output was written
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(InputError, match=message):
+        read_paths([str(path)])
+    result = run_cli("generic", str(path))
+    assert result.returncode == 2 and "internal error" not in result.stderr
+
+
+def test_utf16_and_utf32_with_a_byte_order_mark_are_read(tmp_path: Path) -> None:
+    for encoding in ("utf-16", "utf-32", "utf-16-be"):
+        path = tmp_path / f"{encoding}.jsonl"
+        body = '{"text": "Grüße aus Köln"}\n{"text": "北京"}\n'
+        path.write_bytes(("\ufeff" + body if encoding.endswith("be") else body).encode(encoding))
+        assert [s.text for s in read_paths([str(path)])] == ["Grüße aus Köln", "北京"]

@@ -167,13 +167,35 @@ def run_options(record: Mapping[str, Any], where: str) -> tuple[str | None, int 
 def parse_line(line: str | bytes, name: str, number: int) -> Any:
     """One JSONL line's value, or an InputError at `name:number[:column]`."""
     try:
-        return json.loads(line)
+        return _whole_characters(json.loads(line), line, f"{name}:{number}")
     except json.JSONDecodeError as exc:
         raise InputError(f"{name}:{number}:{exc.colno}: invalid JSON line: {exc.msg}") from None
     except UnicodeDecodeError as exc:
         byte = exc.object[exc.start]
         raise InputError(f"{name}:{number}:{exc.start + 1}: invalid UTF-8 (byte 0x{byte:02x}); "
                          "convert the file to UTF-8") from None
+    except (ValueError, RecursionError) as exc:  # an integer past Python's digit limit, deep nesting
+        raise InputError(f"{name}:{number}: unreadable JSON line: {_json_limit(exc)}") from None
+
+
+def _whole_characters(value: Any, raw: str | bytes, where: str) -> Any:
+    """`value`, or an InputError when an escape in `raw` decoded to half a surrogate pair ("\\ud800"
+    alone), which no UTF-8 output can hold (the run would fail when it writes)."""
+    if (b"\\u" if isinstance(raw, bytes) else "\\u") not in raw:
+        return value
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        half = exc.object[exc.start:exc.end].encode("utf-16", "surrogatepass")[2:]
+        raise InputError(f"{where}: \\u{int.from_bytes(half, 'little'):04x} is half of a surrogate pair, "
+                         "not a character; fix the escape or drop it") from None
+    return value
+
+
+def _json_limit(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return str(exc).split(";")[0]  # "Exceeds the limit (4300 digits) for integer string conversion..."
 
 
 def jsonl_items(text: str, name: str) -> list[Item]:
@@ -189,6 +211,9 @@ def json_items(text: str, name: str) -> list[Item]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{name}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{name}: unreadable JSON: {_json_limit(exc)}") from None
+    data = _whole_characters(data, text, name)
     if isinstance(data, dict):
         line = text.count("\n", 0, _skip_space(text, 0)) + 1
         return [Item(data, f"{name}:{line}", _uri(name))]
@@ -256,9 +281,18 @@ def _type(value: Any) -> str:
 
 
 def decode_bytes(data: bytes, name: str) -> str:
-    """UTF-8 text (a BOM is dropped), or an InputError saying where it is not text."""
+    """UTF-8 text (a BOM is dropped; UTF-16 and UTF-32 with a BOM are read too), or an InputError
+    saying where it is not text."""
+    encoding = next((e for bom, e in _BOMS if data.startswith(bom)), None)
+    if encoding is not None:
+        try:
+            return data.decode(encoding)
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{name}: invalid {encoding.upper()} at byte {exc.start}; "
+                             "convert the file to UTF-8") from None
     if b"\x00" in data[:8192]:
-        raise InputError(f"{name}: looks like a binary file (NUL bytes); expected text")
+        raise InputError(f"{name}: looks like a binary file or UTF-16/32 text without a byte order "
+                         "mark (NUL bytes); expected UTF-8 text")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -266,6 +300,11 @@ def decode_bytes(data: bytes, name: str) -> str:
         raise InputError(f"{name}:{line}: invalid UTF-8 at byte {exc.start} "
                          f"(0x{data[exc.start]:02x}); convert the file to UTF-8") from None
     return text
+
+
+#: Byte order marks of the encodings read besides UTF-8 (UTF-32's first: it begins like UTF-16's).
+_BOMS = ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"), (b"\xff\xfe", "utf-16"),
+         (b"\xfe\xff", "utf-16"))
 
 
 def read_paths(paths: Iterable[str | os.PathLike[str]], stdin: BinaryIO | None = None) -> list[Source]:
@@ -333,8 +372,10 @@ def _sniff(text: str) -> str:
         try:
             json.loads(text)
             return ".json"
-        except json.JSONDecodeError:
+        except ValueError:
             pass
+        except RecursionError:
+            return ".json"  # read again there, and refused with its place
     if head.startswith("{"):
         return ".jsonl"
     if head.startswith("WEBVTT"):
