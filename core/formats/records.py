@@ -74,6 +74,7 @@ _JSON_SPACE = regex.compile(r"[ \t\n\r]*")
 #: JSONL's line breaks: not str.splitlines()'s, which also splits at U+2028, U+0085, \x1c...,
 #: characters a JSON string may hold unescaped (JSON.stringify and ensure_ascii=False write them).
 _LINE_BREAK = regex.compile(r"\r\n|\r|\n")
+_SURROGATE_ESCAPE = regex.compile(r"\\u[dD][89a-fA-F]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +182,8 @@ def parse_line(line: str | bytes, name: str, number: int) -> Any:
 def _whole_characters(value: Any, raw: str | bytes, where: str) -> Any:
     """`value`, or an InputError when an escape in `raw` decoded to half a surrogate pair ("\\ud800"
     alone), which no UTF-8 output can hold (the run would fail when it writes)."""
-    if (b"\\u" if isinstance(raw, bytes) else "\\u") not in raw:
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    if _SURROGATE_ESCAPE.search(text) is None:  # most lines, even all-escaped (ensure_ascii) ones
         return value
     try:
         json.dumps(value, ensure_ascii=False).encode("utf-8")
