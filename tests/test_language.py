@@ -113,3 +113,16 @@ def test_no_other_module_spells_the_han_range() -> None:
     for name in ("core/formats/html.py", "core/text/relevance.py", "core/text/sentences.py"):
         assert "from compactor.text.language import" in (ROOT / name).read_text(encoding="utf-8"), name
     assert _RANGE.search((ROOT / "core" / "text" / "language.py").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("text", [
+    "Встреча в Пекине (北京) прошла успешно, обсудили поставки на следующий год.",
+    "Η συνάντηση στο Πεκίνο (北京) ήταν επιτυχής και σύντομη.",
+    "Réunion à Pékin (北京) : débat très animé sur les échéances.",
+])
+def test_one_chinese_name_in_a_non_latin_alphabet_is_not_chinese(text: str) -> None:
+    # only ASCII letters were counted against Han: Russian or Greek with one Chinese name was "zh"
+    # (Chinese sentence rules) and is_chinese (headings and prompts written in Chinese)
+    assert detect_lang(text) == "en" and not is_chinese(text)
+    assert detect_lang("北京是中国的首都，人口两千万，与莫斯科（Москва）是友好城市。") == "zh"
+    assert is_chinese("北京 Москва")

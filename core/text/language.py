@@ -54,6 +54,10 @@ _CJK_RE = re.compile(f"[{CJK_RANGES}]")
 _ANY_CJK_RE = re.compile(f"[{ANY_CJK_RANGES}]")
 _HAN_RE = regex.compile(r"\p{Han}")
 _NON_ASCII_LETTERS = bytes(b for b in range(128) if not chr(b).isalpha())
+#: Alphabetic scripts before CJK's blocks (accented Latin, Greek, Cyrillic, Hebrew, Arabic, Indic,
+#: Thai...; not hangul jamo): letters of the other side too. A range test (stdlib `re`), as it scans
+#: every CJK text: marks and the odd symbol in these blocks are counted as letters, a small error.
+_OTHER_LETTER = re.compile("[\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u10ff\u1200-\u1fff]")
 
 # detect_lang: share of CJK letters among letters; below -> "en", at/above -> "zh", between -> "mixed".
 _EN_MAX_SHARE = 0.1
@@ -68,8 +72,13 @@ CHINESE_SAMPLE_CHARS = 20_000
 
 
 def _latin_letters(text: str) -> int:
-    """ASCII letters (a byte-level count, about free next to a regex scan)."""
-    return len(text.encode("ascii", "ignore").translate(None, _NON_ASCII_LETTERS))
+    """Letters that are not CJK: ASCII ones (a byte-level count, about free next to a regex scan)
+    and, in a text that is not all ASCII, every other non-CJK letter (Russian or Greek with one
+    Chinese name in it is not Chinese)."""
+    ascii_letters = len(text.encode("ascii", "ignore").translate(None, _NON_ASCII_LETTERS))
+    if text.isascii():
+        return ascii_letters
+    return ascii_letters + len(_OTHER_LETTER.findall(text))
 
 
 def _sample(text: str, size: int) -> str:
