@@ -168,7 +168,7 @@ def run_options(record: Mapping[str, Any], where: str) -> tuple[str | None, int 
 def parse_line(line: str | bytes, name: str, number: int) -> Any:
     """One JSONL line's value, or an InputError at `name:number[:column]`."""
     try:
-        return _whole_characters(json.loads(line), line, f"{name}:{number}")
+        return json.loads(line)
     except json.JSONDecodeError as exc:
         raise InputError(f"{name}:{number}:{exc.colno}: invalid JSON line: {exc.msg}") from None
     except UnicodeDecodeError as exc:
@@ -181,7 +181,8 @@ def parse_line(line: str | bytes, name: str, number: int) -> Any:
 
 def _whole_characters(value: Any, raw: str | bytes, where: str) -> Any:
     """`value`, or an InputError when an escape in `raw` decoded to half a surrogate pair ("\\ud800"
-    alone), which no UTF-8 output can hold (the run would fail when it writes)."""
+    alone), which no UTF-8 output can hold (the CLI failed when it wrote the text; batch mode writes
+    JSON with escapes and keeps such a record)."""
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
     if _SURROGATE_ESCAPE.search(text) is None:  # most lines, even all-escaped (ensure_ascii) ones
         return value
@@ -202,7 +203,8 @@ def _json_limit(exc: Exception) -> str:
 
 def jsonl_items(text: str, name: str) -> list[Item]:
     """The records of a JSONL text, each located at its line."""
-    return [Item(parse_line(line, name, number), f"{name}:{number}", f"{name}#{number}")
+    return [Item(_whole_characters(parse_line(line, name, number), line, f"{name}:{number}"),
+                 f"{name}:{number}", f"{name}#{number}")
             for number, line in enumerate(_LINE_BREAK.split(text), 1) if line.strip()]
 
 
