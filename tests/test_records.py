@@ -282,3 +282,11 @@ def test_utf16_and_utf32_with_a_byte_order_mark_are_read(tmp_path: Path) -> None
         body = '{"text": "Grüße aus Köln"}\n{"text": "北京"}\n'
         path.write_bytes(("\ufeff" + body if encoding.endswith("be") else body).encode(encoding))
         assert [s.text for s in read_paths([str(path)])] == ["Grüße aus Köln", "北京"]
+
+
+def test_binary_data_after_a_byte_order_mark_is_still_binary(tmp_path: Path) -> None:
+    for data in (b"\xff\xfe\x00\x00binary\x00", b"\xff\xfe\x00\x00\x00\x00\x01\x00PNG"):
+        path = tmp_path / "blob.txt"
+        path.write_bytes(data)
+        with pytest.raises(InputError, match=r"blob\.txt: .*binary file"):
+            read_paths([str(path)])

@@ -290,10 +290,14 @@ def decode_bytes(data: bytes, name: str) -> str:
     encoding = next((e for bom, e in _BOMS if data.startswith(bom)), None)
     if encoding is not None:
         try:
-            return data.decode(encoding)
+            text = data.decode(encoding)
         except UnicodeDecodeError as exc:
-            raise InputError(f"{name}: invalid {encoding.upper()} at byte {exc.start}; "
-                             "convert the file to UTF-8") from None
+            raise InputError(f"{name}: a {encoding.upper()} byte order mark, but not {encoding.upper()} "
+                             f"text at byte {exc.start} (a binary file?); expected UTF-8 text") from None
+        if "\x00" in text[:8192]:
+            raise InputError(f"{name}: looks like a binary file (NUL characters after a "
+                             f"{encoding.upper()} byte order mark); expected text")
+        return text
     if b"\x00" in data[:8192]:
         raise InputError(f"{name}: looks like a binary file or UTF-16/32 text without a byte order "
                          "mark (NUL bytes); expected UTF-8 text")
