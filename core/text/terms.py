@@ -200,9 +200,9 @@ def signals(text: str) -> Signals:
     backtick for code, a URL prefix...): most sentences hold few of these, and the patterns cost
     their scan of every position."""
     digits = _DIGIT.search(text) is not None
-    date_matches = numbers_grammar.date_matches_of(text) if digits else []
-    number_found = (numbers_grammar.number_mentions(text, date_matches=date_matches)
-                    if digits or _has_zh_numeral(text) else ())
+    numerals = digits or _has_zh_numeral(text)  # 二〇二四年五月一日 is a date with no digit
+    date_matches = numbers_grammar.date_matches_of(text) if numerals else []
+    number_found = numbers_grammar.number_mentions(text, date_matches=date_matches) if numerals else ()
     date_found = numbers_grammar.date_mentions(text, date_matches)
     # Hits weigh information (density, importance): a date's digits and a bare year count too.
     number_hits = len(numbers_grammar.number_mentions(text, dates=True)) if date_found else len(number_found)
