@@ -200,3 +200,19 @@ def test_a_loop_that_keeps_the_full_history_is_not_compacted_from_scratch_every_
     for i in range(1, 30):
         forgetful.maybe_compact(full[: 2 + 3 * (50 + i)])
     assert forgetful.compactions == 29  # without the memo every call past the trigger compacts
+
+
+def test_editing_what_was_sent_does_not_leak_into_later_turns() -> None:
+    auto = AutoCompactor(window=2_400, reserve=600)
+    full = [{"role": "system", "content": "You are a support agent."},
+            {"role": "user", "content": "Check my orders."}]
+    for i in range(40):
+        full += _turn(i)
+        sent = auto.maybe_compact(full)
+        if auto.compactions:
+            break
+    summary = next(m for m in sent if str(m.get("content") or "").startswith("[compactor]"))
+    summary["content"] = "EDITED BY THE CALLER"
+    full += _turn(99)
+    again = auto.maybe_compact(full)
+    assert all(m.get("content") != "EDITED BY THE CALLER" for m in again)

@@ -19,6 +19,7 @@ the session), so `compactor-run --stats --store PATH` lists them beside the pipe
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import time
@@ -151,7 +152,7 @@ class AutoCompactor:
         covered = 0
         if memo is not None and len(items) >= memo[0] and _digest(items[:memo[0]]) == memo[1]:
             covered = memo[0]
-            current = [*memo[2], *items[covered:]]
+            current = [*copy.deepcopy(memo[2]), *items[covered:]]  # the caller may edit what it gets
         else:
             current = items
         before = self.tokens(current)
@@ -159,7 +160,7 @@ class AutoCompactor:
             return current
         result = self.compact(current, tokens_before=before)
         if self.remember:
-            self._memo = (len(items), _digest(items), list(result))
+            self._memo = (len(items), _digest(items), copy.deepcopy(list(result)))
         return result
 
     def compact(self, messages: Sequence[Any], *, tokens_before: int | None = None) -> CompactedMessages:

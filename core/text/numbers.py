@@ -50,10 +50,13 @@ DateKey = tuple[int | None, int | None, int | None]
 
 # Numbers not glued to Latin letters/digits: "61,000", "3.5", "45%", "14th"; not the "4" of "v4" or "x86".
 NUMBER = regex.compile(
-    r"(?<![A-Za-z0-9_.,])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:st|nd|rd|th)?(?![A-Za-z0-9_]|\.\d|,\d{3})"
+    r"(?<![A-Za-z0-9_.,])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+    # "10k", "2.5M", "$1.5B", "3bn" (case-sensitive: "5m" is metres, "5MB" is no number here)
+    r"(?:(?P<suffix>(?-i:k|K|M|B|bn))(?![A-Za-z0-9_])"
+    r"|(?:st|nd|rd|th)?(?![A-Za-z0-9_]|\.\d|,\d{3})"
     r"(?:\s*(?P<scale>thousand|million|billion|trillion|[万亿千])(?![A-Za-z])"
     # the rest of a mixed Chinese amount: "3万5千" is 35000, "1亿2000万" 120000000
-    r"(?P<more>(?<=万)\d{1,4}[千百十](?!\d)|(?<=亿)\d{1,4}(?:\.\d+)?(?:千万|百万|[千百十万])(?!\d))?)?"
+    r"(?P<more>(?<=万)\d{1,4}[千百十](?!\d)|(?<=亿)\d{1,4}(?:\.\d+)?(?:千万|百万|[千百十万])(?!\d))?)?)"
     r"(?P<pct>\s*(?:%|％|percent\b|per\s+cent\b))?",
     regex.IGNORECASE,
 )
@@ -88,6 +91,7 @@ DATE = regex.compile(
 #: A bare year ("in 2023", "2023年"): a number to the grammar above, but a time reference to
 #: whoever asks (no word boundary between a digit and a Han character, hence the second form).
 YEAR = regex.compile(r"\b(?:1[5-9]|20)\d{2}\b|(?<!\d)\d{2,4}\s*年")
+_SUFFIXES = {"k": "thousand", "K": "thousand", "M": "million", "B": "billion", "bn": "billion"}
 SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12, "千": 3, "万": 4, "亿": 8}
 _ZH_VALUE = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7,
              "八": 8, "九": 9}
@@ -221,7 +225,8 @@ def match_values(match: regex.Match[str]) -> set[str]:
 
 
 def _main_and_values(match: regex.Match[str]) -> tuple[str, frozenset[str]]:
-    return _values_of(match.group(), match.group("scale"), bool(match.group("pct")), match.group("more"))
+    scale = match.group("scale") or _SUFFIXES.get(match.group("suffix") or "")
+    return _values_of(match.group(), scale, bool(match.group("pct")), match.group("more"))
 
 
 @functools.lru_cache(maxsize=65_536)
