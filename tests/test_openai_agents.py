@@ -205,18 +205,22 @@ def test_session_protocol_as_the_sdk_documents() -> None:
     asyncio.run(go())
 
 
+def _lookup(i: int, reply: str) -> list[dict[str, Any]]:
+    """One exchange as the runner stores it: a request, a get_order call, its output, a reply."""
+    return [{"role": "user", "content": f"order #W{3000 + i}"},
+            {"type": "function_call", "call_id": f"c{i}", "name": "get_order",
+             "arguments": json.dumps({"order_id": f"#W{3000 + i}"})},
+            {"type": "function_call_output", "call_id": f"c{i}",
+             "output": json.dumps(_order(f"#W{3000 + i}"))},
+            {"role": "assistant", "content": reply}]
+
+
 def test_pop_after_compaction_recompacts_from_the_stored_items() -> None:
     session = CompactorSession("q", window=3_000, reserve=1_200, keep_last=2)
 
     async def go() -> None:
         for i in range(8):
-            await session.add_items([  # type: ignore[list-item]
-                {"role": "user", "content": f"order #W{3000 + i}"},
-                {"type": "function_call", "call_id": f"c{i}", "name": "get_order",
-                 "arguments": json.dumps({"order_id": f"#W{3000 + i}"})},
-                {"type": "function_call_output", "call_id": f"c{i}",
-                 "output": json.dumps(_order(f"#W{3000 + i}"))},
-                {"role": "assistant", "content": f"Order #W{3000 + i} found."}])
+            await session.add_items(_lookup(i, f"Order #W{3000 + i} found."))  # type: ignore[arg-type]
         view = await session.get_items()
         assert session.compactions == 1 and len(view) < 32
         assert await session.get_items() == view and session.compactions == 1  # checkpoint, no rework
@@ -334,13 +338,7 @@ def test_items_replaced_under_a_view_that_end_the_same_way_are_read_afresh() -> 
 
     async def go() -> None:
         for i in range(8):
-            await session.add_items([  # type: ignore[list-item]
-                {"role": "user", "content": f"order #W{3000 + i}"},
-                {"type": "function_call", "call_id": f"c{i}", "name": "get_order",
-                 "arguments": json.dumps({"order_id": f"#W{3000 + i}"})},
-                {"type": "function_call_output", "call_id": f"c{i}",
-                 "output": json.dumps(_order(f"#W{3000 + i}"))},
-                {"role": "assistant", "content": "Done."}])
+            await session.add_items(_lookup(i, "Done."))  # type: ignore[arg-type]
         await session.add_items(exchange("#W3001"))  # type: ignore[arg-type]
         first = json.dumps(await session.get_items())
         assert session.compactions == 1 and "#W3001 instead" in first
