@@ -42,6 +42,7 @@ from compactor.formats.messages import (
     to_dict,
     units,
 )
+from compactor.formats.system_prompt import leading_system
 from compactor.store import ChunkStore, open_store
 from compactor.text.tokens import TokenCounter, get_counter
 
@@ -148,19 +149,18 @@ class AutoCompactor:
         that compaction's result plus the new turns, so it is not compacted again from scratch."""
         self.checks += 1
         items = list(messages)
-        memo = self._memo
-        covered = 0
-        if memo is not None and len(items) >= memo[0] and _digest(items[:memo[0]]) == memo[1]:
-            covered = memo[0]
-            current = [*copy.deepcopy(memo[2]), *items[covered:]]  # the caller may edit what it gets
+        parsed = read_messages(items)
+        memo = self._memo  # only set with `remember`
+        if memo is not None and len(items) >= memo[0] and _digest(parsed[:memo[0]]) == memo[1]:
+            current = [*copy.deepcopy(memo[2]), *items[memo[0]:]]  # the caller may edit what it gets
+            before = self.tokens(current)
         else:
-            current = items
-        before = self.tokens(current)
+            current, before = items, messages_tokens(parsed, self._counter) + self.tools_tokens
         if before <= self.trigger_tokens:
             return current
         result = self.compact(current, tokens_before=before)
         if self.remember:
-            self._memo = (len(items), _digest(items), copy.deepcopy(list(result)))
+            self._memo = (len(items), _digest(parsed), copy.deepcopy(list(result)))
         return result
 
     def compact(self, messages: Sequence[Any], *, tokens_before: int | None = None) -> CompactedMessages:
@@ -208,7 +208,7 @@ class AutoCompactor:
                         ceiling: int) -> CompactedMessages:
         """`compact_messages` at `budget`; if the system message(s) leave no room there, at half the
         room they leave below `ceiling`, then at `ceiling` itself."""
-        system = sum(message_tokens(m, self._counter) for m in _leading_system(parsed))
+        system = sum(message_tokens(parsed[i], self._counter) for i in leading_system(parsed))
         budgets = sorted({max(1, budget), max(1, min(ceiling, (system + ceiling) // 2)), max(1, ceiling)})
         budgets = [b for b in budgets if b >= budget] or [max(1, budget)]
         for attempt in budgets:
@@ -250,20 +250,9 @@ def _pending_start(messages: Sequence[Message]) -> int:
     return len(messages)
 
 
-def _leading_system(messages: Sequence[Message]) -> list[Message]:
-    """The system (or developer) messages a compaction keeps at the head."""
-    head: list[Message] = []
-    for message in messages:
-        if message.role not in ("system", "developer"):
-            break
-        head.append(message)
-    return head
-
-
-def _digest(messages: Sequence[Any]) -> str:
-    """A fingerprint of a message list (its messages as plain dicts), to know a history again."""
-    data = json.dumps([to_dict(m) for m in read_messages(list(messages))], sort_keys=True, default=str,
-                      ensure_ascii=False)
+def _digest(messages: Sequence[Message]) -> str:
+    """A fingerprint of a parsed message list (its messages as plain dicts), to know a history again."""
+    data = json.dumps([to_dict(m) for m in messages], sort_keys=True, default=str, ensure_ascii=False)
     return hashlib.sha256(data.encode("utf-8")).hexdigest()
 
 
@@ -297,10 +286,7 @@ def _trigger(window: int, reserve: int | None, trigger: int | float | None) -> i
             raise InputError(f"reserve must be a number of tokens from 0 to below the window "
                              f"({window}), not {reserve!r}")
         return window - reserve
-    tokens = _fraction_or_tokens("trigger", DEFAULT_TRIGGER if trigger is None else trigger, window)
-    if tokens > window:
-        raise InputError(f"trigger ({tokens} tokens) is past the window ({window})")
-    return tokens
+    return _fraction_or_tokens("trigger", DEFAULT_TRIGGER if trigger is None else trigger, window)
 
 
 def _fraction_or_tokens(name: str, value: Any, whole: int) -> int:

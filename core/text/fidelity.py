@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from decimal import Decimal
 
 import regex
 
@@ -29,7 +28,7 @@ from compactor.text.numbers import date_key as _date_key
 from compactor.text.numbers import decimal_key as _decimal_key
 from compactor.text.numbers import mask as _mask
 from compactor.text.numbers import match_values as _number_values
-from compactor.text.numbers import zh_numeral as _zh_numeral
+from compactor.text.numbers import value_set
 from compactor.text.numbers import zh_numeral_checked as _zh_numeral_checked
 
 __all__ = ["Finding", "find_invented", "invented_facts"]
@@ -133,17 +132,9 @@ class _SourceFacts:
         self.dates = {tuple(part if keep else None for part, keep in zip(key, mask, strict=True))
                       for key in (_date_key(m) for m in _DATE.finditer(source))
                       for mask in _MASKS}
-        self.numbers: set[str] = set()
-        for match in _NUMBER.finditer(source):
-            self.numbers.update(_number_values(match))
-        for match in regex.finditer(r"\d+(?:\.\d+)?", source):  # digits inside ids, versions, dates
-            self.numbers.add(_decimal_key(Decimal(match.group())))
-        for match in _ZH_NUMERAL.finditer(source):
-            value = _zh_numeral(match.group().removeprefix("百分之"))
-            if value is not None:
-                self.numbers.add(_decimal_key(value))
-                if match.group().startswith("百分之"):
-                    self.numbers.add(_decimal_key(value / 100))
+        #: every value a source number stands for, plus every digit run (ids, versions, dates) and
+        #: every Chinese numeral: what an output number may be matched against
+        self.numbers = value_set(source, lenient=True)
         self.words = set(_ALNUM.findall(self.lower))
         #: words the source writes in lower case somewhere, i.e. ordinary words, not names
         self.lower_words = set(regex.findall(r"(?<![A-Za-z])[a-z][a-z0-9]*(?![A-Za-z0-9])", source))

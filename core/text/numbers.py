@@ -137,9 +137,7 @@ def number_mentions(text: str, *, dates: bool = False,
     text's `date_matches`, when the caller has them already."""
     masked = _without_list_markers(text)
     if not dates:
-        found = date_matches if date_matches is not None else date_matches_of(text)
-        if found:
-            masked = _blank(masked, [(m.start(), m.end()) for m in found])
+        masked = without_dates(masked, date_matches if date_matches is not None else date_matches_of(text))
     mentions = [NumberMention(m.group().strip(), m.start(), *_main_and_values(m))
                 for m in NUMBER.finditer(masked)]
     if not masked.isascii() and _HAN_NUMERAL_CHAR.search(masked):
@@ -158,18 +156,12 @@ def number_mentions(text: str, *, dates: bool = False,
 def date_matches_of(text: str) -> list[regex.Match[str]]:
     """`DATE` matches of `text`; the pattern runs only where a date can be (a month name, 年 or 月,
     or digits joined by - / .), as it costs its scan of every position."""
-    if not _may_hold_date(text):
-        return []
-    return list(DATE.finditer(text))
+    return list(DATE.finditer(text)) if _DATE_HINT.search(text) is not None else []
 
 
 def without_dates(text: str, date_matches: Sequence[regex.Match[str]]) -> str:
     """`text` with its dates blanked (same length)."""
     return _blank(text, [(m.start(), m.end()) for m in date_matches]) if date_matches else text
-
-
-def _may_hold_date(text: str) -> bool:
-    return _DATE_HINT.search(text) is not None
 
 
 def _without_list_markers(text: str) -> str:

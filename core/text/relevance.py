@@ -34,6 +34,7 @@ import regex
 from compactor.document import Chunk, Source
 from compactor.text import terms as ts
 from compactor.text.language import HAN_BASIC
+from compactor.text.numbers import DATE
 
 _TOKEN = regex.compile(r"(?V1)\p{Han}+|[[\p{L}\p{N}]--\p{Han}][[\p{L}\p{N}'_\-]--\p{Han}]*")
 _SPLIT = regex.compile(r"['\-]+")
@@ -201,7 +202,7 @@ def answer_kind(query: str) -> str | None:
 def holds_kind(kind: str, text: str) -> bool:
     """Whether a text holds what an answer of that kind looks like."""
     if kind == "date":
-        return _YEAR.search(text) is not None or ts.DATE.search(text) is not None
+        return _YEAR.search(text) is not None or DATE.search(text) is not None
     if kind == "number":
         return _DIGIT.search(text) is not None
     return _NAME.search(text) is not None

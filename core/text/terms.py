@@ -29,9 +29,6 @@ _LATIN_WORD = regex.compile(r"[\p{L}\p{N}][\p{L}\p{N}'_\-]*")
 # Han runs apart from Latin words and digits ("2013年" is "2013" and "年")
 _TOKEN = regex.compile(r"(?V1)\p{Han}+|[[\p{L}\p{N}]--\p{Han}][[\p{L}\p{N}'_\-]--\p{Han}]*")
 
-# Numbers and dates are read by the one grammar in `compactor.text.numbers` (so the LLM guard and
-# validate.loss agree on what a number is); DATE is re-exported for callers that only look for one.
-DATE = numbers_grammar.DATE
 UNIT = regex.compile(
     r"\b\d+(?:\.\d+)?\s?(?:ms|s|sec|min|h|hrs?|days?|KB|MB|GB|TB|PB|kb|mb|gb|tb|Hz|kHz|MHz|GHz|"
     r"km|m|cm|mm|kg|g|mg|lb|°C|°F|px|rpm|qps|rps|ops|fps|USD|EUR|RMB|dollars|euros|percent)\b"
