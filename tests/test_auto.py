@@ -173,10 +173,17 @@ def test_a_system_prompt_bigger_than_the_target_does_not_fail_the_loop() -> None
         assert auto.tokens(messages) <= auto.trigger_tokens
         assert messages[0]["content"].startswith("Rule: always")
     assert auto.compactions >= 2
-    # past the trigger it still fails, and says what to do
+    # past the trigger the system prompt goes out as an excerpt, with one warning
     huge = AutoCompactor(window=2_000, reserve=500)
-    with pytest.raises(compactor.BudgetError, match="compress_system=True"):
-        huge.maybe_compact(_history(30, system="Rule: always be polite. " * 400))
+    with pytest.warns(UserWarning, match="compress_system"):
+        out = huge.maybe_compact(_history(30, system="Rule: always be polite. " * 400))
+    assert huge.tokens(out) <= huge.trigger_tokens
+    assert out[0]["content"] != "Rule: always be polite. " * 400
+    assert any("excerpt" in w for w in out.report["warnings"])
+    # and where nothing fits (pins larger than the trigger) the error says so
+    pinned = AutoCompactor(window=2_000, reserve=500, pin=["Never refund without a receipt. " * 300])
+    with pytest.raises(compactor.BudgetError, match="pins take"):
+        pinned.maybe_compact(_history(30))
 
 
 def test_a_loop_that_keeps_the_full_history_is_not_compacted_from_scratch_every_turn() -> None:

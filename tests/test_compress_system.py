@@ -109,10 +109,16 @@ def assert_valid(out: list[dict[str, Any]], budget: int) -> None:
     assert out[0]["content"].startswith("[compactor] System prompt shortened")
 
 
-def test_without_the_option_a_large_system_prompt_is_a_budget_error() -> None:
+def test_without_the_option_a_large_system_prompt_is_excerpted_with_a_warning() -> None:
     messages = history()
-    with pytest.raises(BudgetError):
-        compactor.compact_messages(messages, budget_for(messages))
+    budget = budget_for(messages)
+    with pytest.raises(BudgetError):  # the caller said no excerpt: nothing fits
+        compactor.compact_messages(messages, budget, compress_system=False)
+    with pytest.warns(UserWarning, match="compress_system") as caught:
+        out = compactor.compact_messages(messages, budget)
+    assert len(caught) == 1
+    assert_valid(out, budget)
+    assert out.report["system_tokens"][0][0] > budget and out.report["warnings"]
 
 
 def test_with_it_the_history_fits_with_the_system_message_first() -> None:
@@ -219,7 +225,7 @@ def test_chinese_policy_gets_a_chinese_marker() -> None:
                      {"role": "user", "content": f"谢谢，也请查一下航班 HAT{101 + n}。"}]
     budget = budget_for(messages)
     with pytest.raises(BudgetError):
-        compactor.compact_messages(messages, budget)
+        compactor.compact_messages(messages, budget, compress_system=False)
     out = compactor.compact_messages(messages, budget, compress_system=True)
     assert compactor.count_message_tokens(out) <= budget
     assert out[0]["content"].startswith("[compactor] 系统提示已按本对话的请求节选")

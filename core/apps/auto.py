@@ -33,6 +33,7 @@ from compactor.apps.conversation import CompactedMessages, compact_messages
 from compactor.apps.tools import expand, handle_expand_call
 from compactor.document import Message
 from compactor.errors import BudgetError, InputError
+from compactor.formats.clearing import request_indices
 from compactor.formats.messages import (
     TOKENS_PER_REPLY,
     answers,
@@ -98,6 +99,9 @@ class AutoCompactor:
         self.window = window
         self.trigger_tokens = _trigger(window, reserve, trigger)
         self.target_tokens = _fraction_or_tokens("target", target, self.trigger_tokens)
+        self._target_share = float(target) if isinstance(target, float) else None
+        self._originals: dict[str, Any] = {}  # id -> the tool output a stub or reduction replaced
+        self._pin_messages: list[dict[str, Any]] = []
         self.tools_tokens = tools_tokens
         self.store = open_store(store)
         self.session = session or f"auto-{uuid.uuid4().hex[:12]}"
@@ -181,8 +185,22 @@ class AutoCompactor:
         if split == len(parsed) or split < 2 or pending_tokens > budget // 2:
             split, pending_tokens = len(parsed), 0  # nothing pending, or too big to keep aside
         started = time.perf_counter()
+        pinned = self._pin_messages
+        if pinned:  # the pins the last compaction sent go in again as they read now, not twice
+            keep = [i for i, item in enumerate(items[:split])
+                    if not (isinstance(item, dict) and item in pinned)]
+            if len(keep) < split:
+                items = [*(items[i] for i in keep), *items[split:]]
+                parsed = [*(parsed[i] for i in keep), *parsed[split:]]
+                split = len(keep)
+        budget = self._budget_for(parsed[:split], budget, ceiling)
         result = self._compact_within(items[:split], parsed[:split], budget - pending_tokens,
                                       ceiling - pending_tokens)
+        for index, ref in (result.report.get("replaced") or {}).items():
+            original = items[int(index)]
+            self._originals[ref] = copy.deepcopy(original) if isinstance(original, dict) else original
+        pin_texts = self._pin_texts(result)
+        self._pin_messages = [m for m in result if isinstance(m, dict) and m.get("content") in pin_texts]
         if split < len(parsed):
             result.extend(to_dict(m) for m in parsed[split:])
             result.report["tail"] = [*result.report.get("tail", ()), *range(split, len(parsed))]
@@ -211,16 +229,38 @@ class AutoCompactor:
         system = sum(message_tokens(parsed[i], self._counter) for i in leading_system(parsed))
         budgets = sorted({max(1, budget), max(1, min(ceiling, (system + ceiling) // 2)), max(1, ceiling)})
         budgets = [b for b in budgets if b >= budget] or [max(1, budget)]
+        options = dict(self._options)
+        chosen = options.pop("compress_system", None)
         for attempt in budgets:
+            # the excerpt of the system prompt only where no room below the trigger holds it whole
+            excerpt = chosen if chosen is not None or attempt == budgets[-1] else False
             try:
                 return compact_messages(items, attempt, store=self.store, session=self.session,
-                                        **self._options)
+                                        fit=max(attempt, (attempt + ceiling) // 2), restore=self._originals,
+                                        compress_system=excerpt, **options)
             except BudgetError as exc:
                 if attempt == budgets[-1]:
                     raise BudgetError(f"the system message(s) take {system} tokens, too many to compact "
                                       f"under the trigger ({self.trigger_tokens} tokens): raise the window "
                                       f"or trigger, or pass compress_system=True ({exc})") from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _budget_for(self, parsed: Sequence[Message], budget: int, ceiling: int) -> int:
+        """The summary's budget: `target` as a share of the room the system message(s) leave (a large
+        system prompt would otherwise take all of it), raised so that the request being worked on
+        fits verbatim in at most half the summary's room, never past the trigger."""
+        system = sum(message_tokens(parsed[i], self._counter) for i in leading_system(parsed))
+        if self._target_share is not None and system > self._target_share * budget:
+            budget = max(budget, system + int(self._target_share * max(0, ceiling - system)))
+        requests = request_indices(parsed)
+        if requests:
+            wanted = system + 2 * max(message_tokens(parsed[i], self._counter) for i in requests) + 200
+            budget = max(budget, wanted)
+        return max(1, min(budget, ceiling))
+
+    def _pin_texts(self, result: Sequence[Any]) -> set[str]:
+        pins = result.report.get("pin_texts") if isinstance(result, CompactedMessages) else None
+        return set(pins or ())
 
     def expand(self, ids: Iterable[str]) -> dict[str, str]:
         """The originals of ids any compaction of this session cited."""

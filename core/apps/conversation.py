@@ -13,18 +13,25 @@ offer `EXPAND_TOOL` and answer its calls with `handle_expand_call`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from compactor.apps.common import PipelineArg, llm_mapping, pipeline_for
-from compactor.document import Budget, Context
-from compactor.errors import ConfigError, InputError, Problem
-from compactor.formats.compaction import KINDS, assemble
+from compactor.apps.pins import read_pins, with_pins
+from compactor.apps.tools import EXPAND_TOOL_NAME
+from compactor.document import Budget, Chunk, Context, Message, Source
+from compactor.errors import BudgetError, ConfigError, InputError, Problem
+from compactor.formats.clearing import clear_outputs, is_tiered, reduce_outputs, request_indices, stub_ref
+from compactor.formats.compaction import KINDS, MIN_SUMMARY_TOKENS, assemble
 from compactor.formats.messages import (
+    TOKENS_PER_REPLY,
+    answers,
     conversation_source,
     message_chunks,
     messages_tokens,
     read_messages,
+    to_dict,
 )
 from compactor.formats.system_prompt import system_records
 from compactor.state import CompactionPlan, ConversationOptions, State, thaw
@@ -61,12 +68,22 @@ class CompactedMessages(list[dict[str, Any]]):
         return list(self.report.get("dropped_ids", []))
 
 
-def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep_last: int = 4,
+#: The tiers of a compaction, cheapest first (`tiers=`): clear old tool outputs into stubs, reduce
+#: structured outputs by their structure, summarise into the 8 sections.
+TIERS: tuple[str, ...] = ("clear", "reduce", "summary")
+
+
+def compact_messages(messages: Iterable[Any] | str | bytes, budget: int | None = None, *, keep_last: int = 4,
                      llm: Any = None, role: str | None = None, summary_role: str = "user",
                      store: str | ChunkStore | None = None, session: str | None = None,
                      pipeline: PipelineArg = "conversation", plugins: Iterable[Any] = (),
                      kind: str | None = None, query: str | None = None, focus: str | None = None,
-                     keep_files: int = 0, compress_system: bool | None = None) -> CompactedMessages:
+                     keep_files: int = 0, compress_system: bool | None = None,
+                     tiers: Sequence[str] = ("summary",), keep_tool_results: int = 3,
+                     exclude_tools: Iterable[str] = (), clear_at_least: int = 0,
+                     expand_tool: str | None = EXPAND_TOOL_NAME, pin: Any = (),
+                     target_ratio: float | None = None, target_compression_ratio: float | None = None,
+                     fit: int | None = None, restore: Mapping[str, Any] | None = None) -> CompactedMessages:
     """Compact a message list to at most `budget` tokens (OpenAI's per-message accounting).
 
     `messages`: dicts in the OpenAI chat, legacy-function or content-block format, `Message`s, SDK
@@ -80,11 +97,24 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
     coding agents, keep the latest view of that many files worked on last verbatim.
     `compress_system`: when the system message(s) would take more than half the budget, send an
     excerpt of them instead, chosen for the history's opening request (stable across compactions;
-    the original is stored for `expand`); None leaves it to the pipeline (`compress.eight_segment`'s
-    `compress_system`, off by default). Never fails because the history is long; without
-    `compress_system`, raises `BudgetError` if the system message alone leaves no room for a summary.
+    the original is stored for `expand`); None takes the excerpt only when the system message(s)
+    leave no room for a summary (with a warning in the report); False never does.
+
+    `tiers` (default: the summary alone; `AutoCompactor` and the integrations use all of `TIERS`),
+    cheapest first, each tried only while the history is still over `fit` (default: the budget): "clear" turns tool outputs older than the last `keep_tool_results` (not those of
+    `exclude_tools`) into one-line stubs naming the tool, the size and the id to expand, when that
+    saves at least `clear_at_least` tokens; "reduce" shortens structured outputs (JSON, CSV, tables)
+    by their structure; "summary" writes the 8 sections (to `budget`). `report["tiers"]` says which
+    ran and what each saved. `expand_tool`: the name of the tool the caller offers for reading
+    originals back (None: the summary only lists the ids). `pin`: messages (dicts), texts or file
+    paths (`pathlib.Path`, read again at every compaction) that go out verbatim after the system
+    message(s), counted in the budget. `target_ratio` (or the seed's `target_compression_ratio`):
+    the budget as a share of the history's tokens; the output fills 90-100% of it.
     """
-    if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
+    ratio = _ratio(target_ratio, target_compression_ratio)
+    if budget is None and ratio is None:
+        raise InputError("give a budget (tokens) or a target_ratio (a share of the history's tokens)")
+    if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0):
         raise InputError(f"budget must be a positive number of tokens, not {budget!r}")
     if summary_role not in SUMMARY_ROLES:
         raise InputError(f"summary_role must be one of {', '.join(SUMMARY_ROLES)}, not {summary_role!r}")
@@ -97,20 +127,132 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
     focus = query if query is not None else focus
     if focus is not None and not isinstance(focus, str):
         raise InputError(f"query must be text, not {type(focus).__name__}")
+    chosen = _tiers(tiers)
+    if not isinstance(keep_tool_results, int) or isinstance(keep_tool_results, bool) or keep_tool_results < 0:
+        raise InputError(f"keep_tool_results must be 0 or more, not {keep_tool_results!r}")
+    if not isinstance(clear_at_least, int) or isinstance(clear_at_least, bool) or clear_at_least < 0:
+        raise InputError(f"clear_at_least must be 0 or more tokens, not {clear_at_least!r}")
+    if expand_tool is not None and (not isinstance(expand_tool, str) or not expand_tool.strip()):
+        raise InputError(f"expand_tool must be a tool name or None, not {expand_tool!r}")
+    excluded = _names("exclude_tools", exclude_tools)
+    parsed = read_messages(messages)
+    runner = pipeline_for(pipeline, plugins)
+    counter = runner.counter
+    original_tokens = messages_tokens(parsed, counter)
+    if ratio is not None:
+        wanted = max(1, int(original_tokens * ratio))
+        if budget is not None and budget != wanted:
+            raise InputError(f"give a budget or a target_ratio, not both ({budget} tokens is not "
+                             f"{ratio} of the history's {original_tokens})")
+        budget = wanted
+    assert budget is not None
+    pins = read_pins(pin, parsed, counter)
+    pin_tokens = sum(tokens for _, tokens, _ in pins)
+    room = budget - pin_tokens
+    if pins and room < TOKENS_PER_REPLY + MIN_SUMMARY_TOKENS + 8:
+        names = ", ".join(label for _, _, label in pins)
+        raise BudgetError(f"the pins take {pin_tokens} tokens of a budget of {budget}: nothing else fits "
+                          f"({names}); pin less or raise the budget")
+    target = open_store(store)
+    session_id = session or DEFAULT_SESSION
+    bound = max(1, (budget if fit is None else fit) - pin_tokens)
+    tier_report: dict[str, dict[str, Any]] = {}
+    items = list(messages) if not isinstance(messages, str | bytes) else [to_dict(m) for m in parsed]
+    protect = request_indices(parsed)
+    current, current_parsed = items, parsed
+    stored: list[tuple[Source, Chunk]] = []
+    replaced: dict[int, str] = {}
+    for name in ("clear", "reduce"):
+        if name not in chosen:
+            continue
+        if name == "clear":
+            tiered = clear_outputs(current, current_parsed, counter, keep=keep_tool_results,
+                                   exclude_tools=excluded, clear_at_least=clear_at_least,
+                                   expand_tool=expand_tool, protect=protect)
+        else:
+            tiered = reduce_outputs(current, current_parsed, counter, expand_tool=expand_tool,
+                                    protect=protect,
+                                    references=[m.content for m in current_parsed if answers(m) is None])
+        tier_report[name] = {"ran": tiered is not None, "saved": tiered.saved if tiered else 0, "used": False}
+        if tiered is None:
+            continue
+        stored.extend(tiered.stored)
+        replaced.update(tiered.replaced)
+        current = tiered.messages
+        current_parsed = read_messages(current)
+        tokens = messages_tokens(current_parsed, counter)
+        if tokens <= bound or "summary" not in chosen:
+            for used in tier_report.values():
+                used["used"] = bool(used["ran"])
+            target.commit_batch(session_id, Batch(sources=[s for s, _ in stored],
+                                                  chunks=[c for _, c in stored],
+                                                  report={"kind": "tool-outputs"}))
+            out = with_pins([to_dict(m) for m in current_parsed], pins)
+            report = {"unchanged": False, "tiers": tier_report, "summary": None, "dropped_ids": [],
+                      "original_tokens": original_tokens, "output_tokens": tokens + pin_tokens,
+                      "tokens": tokens + pin_tokens, "kind": None, "pins": [label for _, _, label in pins],
+                      "pin_texts": [m.get("content") for m, _, _ in pins],
+                      "replaced": {str(i): ref for i, ref in replaced.items()}}
+            if tokens > bound:
+                report["warnings"] = [f"over the budget after the cheap tiers ({tokens} > {bound} tokens) "
+                                      "and the summary tier is off"]
+            return CompactedMessages(out, store=target, session=session_id, report=report)
+    if "summary" not in chosen:
+        out = with_pins([to_dict(m) for m in parsed], pins)
+        return CompactedMessages(out, store=target, session=session_id, report={
+            "unchanged": True, "tiers": tier_report, "summary": None, "dropped_ids": [],
+            "original_tokens": original_tokens, "output_tokens": original_tokens + pin_tokens,
+            "tokens": original_tokens + pin_tokens, "kind": None, "pins": [label for _, _, label in pins]})
+    source_items = _restored(items, parsed, restore) if restore else items
+    options = {"keep_last": keep_last, "role": role, "summary_role": summary_role,
+               "llm": False, "kind": kind, "focus": focus, "keep_files": keep_files,
+               "expand_tool": expand_tool}
+    if compress_system is not None:
+        options["compress_system"] = bool(compress_system)
+    result = _summarise(source_items, room, runner, target, session_id, llm, options,
+                        auto_system=compress_system is None)
+    saved = max(0, original_tokens - int(result.report["output_tokens"]))
+    tier_report["summary"] = {"ran": True, "saved": saved, "used": True}
+    result.report["tiers"] = tier_report
+    result.report["pins"] = [label for _, _, label in pins]
+    result.report["pin_texts"] = [m.get("content") for m, _, _ in pins]
+    if ratio is not None:
+        result.report["target_tokens"] = budget
+    if pins:
+        result[:] = with_pins(list(result), pins)
+        result.report["output_tokens"] = int(result.report["output_tokens"]) + pin_tokens
+        result.report["tokens"] = result.report["output_tokens"]
+    return result
+
+
+def _summarise(items: list[Any], budget: int, runner: Any, target: ChunkStore, session_id: str, llm: Any,
+               options: dict[str, Any], *, auto_system: bool) -> CompactedMessages:
+    """The summary tier: the conversation pipeline at `budget`; when the system message(s) leave no
+    room and `compress_system` was not decided by the caller, again with their excerpt."""
+    try:
+        return _run_summary(items, budget, runner, target, session_id, llm, options)
+    except BudgetError as exc:
+        if not auto_system:
+            raise
+        result = _run_summary(items, budget, runner, target, session_id, llm,
+                              {**options, "compress_system": True})
+        note = (f"the system message(s) leave no room in {budget} tokens ({exc}); sent as an excerpt "
+                "(compress_system), the original stored for expand")
+        result.report.setdefault("warnings", []).append(note)
+        warnings.warn(note, stacklevel=3)
+        return result
+
+
+def _run_summary(messages: list[Any], budget: int, runner: Any, target: ChunkStore, session_id: str,
+                 llm: Any, options: dict[str, Any]) -> CompactedMessages:
     parsed = read_messages(messages)
     source = conversation_source(parsed)
-    runner = pipeline_for(pipeline, plugins)
     if not runner.spec.provides(CompactionPlan):
         raise ConfigError(Problem("compact_messages needs a pipeline with a history compressor (a step "
                                   "that provides CompactionPlan, such as compress.eight_segment)",
                                   runner.spec.file, field="steps"))
-    target = open_store(store)
-    session_id = session or DEFAULT_SESSION
     llm_settings = llm_mapping(llm)
-    options = {"keep_last": keep_last, "role": role, "summary_role": summary_role,
-               "llm": llm_settings is not None, "kind": kind, "focus": focus, "keep_files": keep_files}
-    if compress_system is not None:
-        options["compress_system"] = bool(compress_system)
+    options = {**options, "llm": llm_settings is not None}
     context = Context(sources=(source,), budget=Budget(max_tokens=budget),
                       state=State([ConversationOptions(options)]))
     result = runner.run(context, output_format="messages", store=target, session=session_id,
@@ -120,6 +262,7 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
     if not plan:
         raise InputError("the pipeline has no history compressor step (such as compress.eight_segment): "
                          "nothing compacted the history")
+    summary_role = str(options["summary_role"])
     out = assemble(parsed, plan, plan.get("summary"), summary_role)  # the input dicts, copied as they are
     counter = runner.counter
     dropped = set(plan["dropped"])
@@ -139,6 +282,47 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int, *, keep
                          "seconds": round(r.seconds, 6), "details": dict(r.details),
                          "warnings": list(r.warnings)} for r in result.reports]}
     return CompactedMessages(out, store=target, session=session_id, report=report)
+
+
+def _ratio(target_ratio: float | None, alias: float | None) -> float | None:
+    if target_ratio is not None and alias is not None and target_ratio != alias:
+        raise InputError("target_ratio and target_compression_ratio are the same option: give one")
+    value = target_ratio if target_ratio is not None else alias
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise InputError(f"target_ratio must be a share in (0, 1], not {value!r}")
+    return float(value)
+
+
+def _tiers(tiers: Any) -> tuple[str, ...]:
+    if isinstance(tiers, str):
+        tiers = [tiers]
+    found = tuple(dict.fromkeys(str(t) for t in tiers))
+    unknown = [t for t in found if t not in TIERS]
+    if unknown or not isinstance(tiers, Iterable):
+        raise InputError(f"tiers are some of {', '.join(TIERS)}, not {', '.join(unknown)}")
+    return found
+
+
+def _names(field: str, values: Any) -> tuple[str, ...]:
+    if isinstance(values, str):
+        values = [values]
+    if not all(isinstance(v, str) for v in values):
+        raise InputError(f"{field} must be tool names")
+    return tuple(values)
+
+
+def _restored(items: list[Any], parsed: Sequence[Message], originals: Mapping[str, Any]) -> list[Any]:
+    """The history with the stubs and reductions of earlier tiers back in their original form, so a
+    summary reads what the tools returned."""
+    out = list(items)
+    for i, message in enumerate(parsed):
+        if is_tiered(message):
+            ref = stub_ref(message.content)
+            if ref is not None and ref in originals:
+                out[i] = originals[ref]
+    return out
 
 
 def count_message_tokens(messages: Iterable[Any], encoding: str = "cl100k_base") -> int:

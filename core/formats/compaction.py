@@ -16,6 +16,7 @@ from typing import Any
 
 from compactor.document import Message
 from compactor.errors import BudgetError
+from compactor.formats.clearing import output_indices, request_indices
 from compactor.formats.messages import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, Unit, answers, to_dict, units
 
 #: The kinds of history compacted differently (`compress.eight_segment`'s `kind`).
@@ -40,7 +41,7 @@ class Plan:
 
 
 def plan_compaction(messages: Sequence[Message], costs: Sequence[int], budget: int, *,
-                    keep_last: int = 4, keep_first: bool = True, head_share: float = 0.25,
+                    keep_last: int = 4, keep_first: bool = True, head_share: float | None = None,
                     tail_share: float | None = None, summary_role_tokens: int = 1) -> Plan:
     """Choose the verbatim head and tail for `budget` tokens (costs are per-message tokens).
 
@@ -68,6 +69,9 @@ def plan_compaction(messages: Sequence[Message], costs: Sequence[int], budget: i
                           f"tokens) and a minimal summary ({summary_overhead + MIN_SUMMARY_TOKENS}); "
                           f"use a budget of at least {floor}")
     notes: list[str] = []
+    agent = bool(output_indices(messages))
+    if head_share is None:  # an agent's task statement may take half the room; a chat's opener less
+        head_share = 0.5 if agent else 0.25
     if keep_first and position < len(tiles):
         first = tiles[position]
         first_cost = _cost(costs, first)
@@ -97,6 +101,19 @@ def plan_compaction(messages: Sequence[Message], costs: Sequence[int], budget: i
     tail.reverse()
     head_end = head[-1].end if head else 0
     tail_start = tail[0].start if tail else len(messages)
+    latest = request_indices(messages)[-1:] if position < len(tiles) and agent else ()
+    if latest and head_end <= latest[0] < tail_start:
+        # an agent's request being worked on stays verbatim with the turns after it, when they fit in
+        # the tail's share (else the summary quotes it)
+        stretch = [u for u in tiles[position:] if u.start >= latest[0] and u.start < tail_start]
+        extra = sum(_cost(costs, u) for u in stretch)
+        if (stretch and stretch[0].start == latest[0] and all(u.complete for u in stretch)
+                and tail_cost + extra <= cap
+                and room - tail_cost - extra >= MIN_SUMMARY_TOKENS):
+            tail = [*stretch, *tail]
+            tail_cost += extra
+            tail_start = latest[0]
+            notes[:] = [n for n in notes if "latest turn" not in n]
     kept_head = tuple(i for u in head for i in range(u.start, u.end))
     kept_tail = tuple(i for u in tail for i in range(u.start, u.end))
     dropped = tuple(range(head_end, tail_start))
