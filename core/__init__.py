@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the names, for type checkers; at run time they load on first use
     from compactor.apps.auto import AutoCompactor
     from compactor.apps.compacter import ContextCompacter
-    from compactor.apps.conversation import CompactedMessages, compact_messages, count_message_tokens
+    from compactor.apps.conversation import TIERS, CompactedMessages, compact_messages, count_message_tokens
+    from compactor.apps.overflow import is_context_overflow, with_overflow_retry
     from compactor.apps.research import ResearchSession
     from compactor.apps.tools import EXPAND_TOOL, expand, handle_expand_call
     from compactor.apps.transcripts import (
@@ -98,7 +99,10 @@ _LAZY: dict[str, str] = {
     "EXPAND_TOOL": "compactor.apps.tools",
     "CompactedMessages": "compactor.apps.conversation",
     "compact_messages": "compactor.apps.conversation",
+    "TIERS": "compactor.apps.conversation",
     "count_message_tokens": "compactor.apps.conversation",
+    "is_context_overflow": "compactor.apps.overflow",
+    "with_overflow_retry": "compactor.apps.overflow",
     "handle_expand_call": "compactor.apps.tools",
     "Budget": "compactor.document",
     "Chunk": "compactor.document",
@@ -184,6 +188,7 @@ def compress(
 
 __all__ = [
     "EXPAND_TOOL",
+    "TIERS",
     "AutoCompactor",
     "Budget",
     "BudgetError",
@@ -245,7 +250,9 @@ __all__ = [
     "handle_expand_call",
     "hookimpl",
     "hookspec",
+    "is_context_overflow",
     "kept_spans",
     "open_store",
     "resolved_pipeline",
+    "with_overflow_retry",
 ]

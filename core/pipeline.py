@@ -503,14 +503,15 @@ class _StepEngine:
         return self._pipeline._execute(step, components, context, run)
 
 
-_RETRY_FIELDS = ("budget_share", "ratio_attempts")
+_RETRY_FIELDS = ("budget_share", "ratio_attempts", "fill")
 
 
 def _retry_state(snapshot: Context, retry: Mapping[str, Any]) -> BudgetShare:
     """The `BudgetShare` a validator's retry request asks the compress step to run with."""
     current = snapshot.state.get(BudgetShare, BudgetShare())
     return current.evolve(share=float(retry.get("budget_share", current.share)),
-                          attempts=tuple(retry.get("ratio_attempts", current.attempts)))
+                          attempts=tuple(retry.get("ratio_attempts", current.attempts)),
+                          fill=float(retry.get("fill", current.fill)))
 
 
 def _merge_labels(context: Context, labels: Mapping[str, Mapping[str, Any]]) -> Context:

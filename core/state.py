@@ -100,10 +100,13 @@ class RenderInfo(StateItem):
 @dataclass(frozen=True)
 class BudgetShare(StateItem):
     """The share of the budget a compressor used (a retry asks for another), and the attempts a
-    ratio controller made so far (each a mapping: share, tokens, level, retention)."""
+    ratio controller made so far (each a mapping: share, tokens, level, retention). `fill`: the
+    share of the budget an under-filled output should reach on the retry (0: no request), for
+    compressors that can keep more verbatim."""
 
     share: float = 1.0
     attempts: tuple[Mapping[str, Any], ...] = ()
+    fill: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -143,8 +143,11 @@ class LossValidator(Component):
 
 class RatioController(Component):
     """Bounded retries: when `validate.loss` says the loss is too high, compress again with a larger
-    share of the budget; when the kept text is over budget, compress again with a smaller share.
-    Every attempt is reported; after `max_attempts` the last result stands."""
+    share of the budget; when the kept text is over budget, compress again with a smaller share;
+    when it fills less than `min_fill` of the budget (the seed's controller keeps a ratio between
+    0.3 and 0.9), again with a larger share and a request to fill (`BudgetShare.fill`: a history
+    compressor keeps more turns verbatim). Every attempt is reported; after `max_attempts` the last
+    result stands."""
 
     name = "validate.ratio"
     stage = "validate"
@@ -152,10 +155,11 @@ class RatioController(Component):
     provides = (BudgetShare,)
 
     def __init__(self, *, max_attempts: int = 2, step: float = 0.15,
-                 expand_on: list[str] | None = None) -> None:
+                 expand_on: list[str] | None = None, min_fill: float = 0.0) -> None:
         self.max_attempts = max_attempts
         self.step = step
         self.expand_on = expand_on if expand_on is not None else ["severe"]
+        self.min_fill = min_fill
 
     @staticmethod
     def check_params(params: dict[str, Any]) -> list[str]:
@@ -164,6 +168,9 @@ class RatioController(Component):
             problems.append("max_attempts must be between 0 and 10")
         if not 0 < params["step"] <= 1:
             problems.append("step must be in (0, 1]")
+        min_fill = params.get("min_fill", 0.0)
+        if isinstance(min_fill, bool) or not isinstance(min_fill, int | float) or not 0 <= min_fill < 1:
+            problems.append("min_fill must be in [0, 1)")
         bad = [x for x in params["expand_on"] or [] if x not in LEVELS]
         if bad:
             problems.append(f"expand_on: unknown level(s) {bad}; choose from {', '.join(LEVELS)}")
@@ -191,4 +198,8 @@ class RatioController(Component):
         elif loss.get("level") in self.expand_on and share < 1.0:
             report.update(action="expand", retry={"budget_share": min(1.0, round(share + self.step, 4)),
                                                   "ratio_attempts": attempts})
+        elif budget is not None and tokens < self.min_fill * budget:
+            # under-filled: a larger share, or (at the whole budget) more kept verbatim
+            report.update(action="fill", retry={"budget_share": min(1.0, round(share + self.step, 4)),
+                                                "ratio_attempts": attempts, "fill": self.min_fill})
         return report

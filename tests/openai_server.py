@@ -8,6 +8,11 @@ were in flight at once, so concurrency limits can be checked.
     def test_x(openai_server):
         openai_server.queue(Reply(status=429, headers={"Retry-After": "1"}), Reply(content="ok"))
         ... LLMSettings(model="m", base_url=openai_server.base_url, api_key="sk-test") ...
+
+A context window: `Reply.context_overflow()` is OpenAI's context-length error (HTTP 400, code
+`context_length_exceeded`), `Reply.prompt_too_long()` Anthropic's ("prompt is too long"), and
+`openai_server.respond = overflow_above(2000)` answers every request whose messages are over 2,000
+tokens with that error, as a model with that window would.
 """
 
 from __future__ import annotations
@@ -34,6 +39,21 @@ class Reply:
     body: bytes | str | None = None
     content_type: str = "application/json"
 
+    @classmethod
+    def context_overflow(cls, window: int = 8192, tokens: int = 9000) -> Reply:
+        """OpenAI's answer to a request of `tokens` tokens over a `window`-token model."""
+        return cls(status=400, body=json.dumps({"error": {
+            "message": (f"This model's maximum context length is {window} tokens. However, your messages "
+                        f"resulted in {tokens} tokens. Please reduce the length of the messages."),
+            "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}))
+
+    @classmethod
+    def prompt_too_long(cls, window: int = 200_000, tokens: int = 210_000) -> Reply:
+        """Anthropic's answer to the same (its error body, with no code)."""
+        message = f"prompt is too long: {tokens} tokens > {window} maximum"
+        return cls(status=400, body=json.dumps({"type": "error", "error": {
+            "type": "invalid_request_error", "message": message}}))
+
 
 @dataclass(frozen=True)
 class Recorded:
@@ -48,6 +68,24 @@ class Recorded:
     def prompt(self) -> str:
         """All message contents of the request, joined (what the model was asked)."""
         return "\n".join(str(m.get("content", "")) for m in self.json.get("messages", []))
+
+
+def overflow_above(window: int, content: str = "ok", *,
+                   style: str = "openai") -> Callable[[Recorded], Reply]:
+    """A `respond` for FakeOpenAI: a model with a `window`-token context. A request whose messages
+    are over `window` tokens (as compactor counts them) gets the context-length error (`style`
+    "openai" or "anthropic"), any other a completion with `content`."""
+    from compactor.apps.conversation import count_message_tokens
+
+    def respond(request: Recorded) -> Reply:
+        tokens = count_message_tokens(request.json.get("messages", []))
+        if tokens <= window:
+            return Reply(content=content)
+        if style == "anthropic":
+            return Reply.prompt_too_long(window, tokens)
+        return Reply.context_overflow(window, tokens)
+
+    return respond
 
 
 def completion(content: str | None, model: str = "test-model") -> dict[str, Any]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.structured_output import AutoStrategy, ToolStrategy
@@ -43,15 +43,22 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
+from langgraph.types import Command
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from compactor.apps.auto import AutoCompactor, AutoCounters
 from compactor.apps.common import llm_mapping, pipeline_for
 from compactor.apps.conversation import CompactedMessages, count_message_tokens
+from compactor.apps.overflow import compact_for_retry, is_context_overflow
 from compactor.apps.tools import EXPAND_TOOL, EXPAND_TOOL_NAME
 from compactor.document import Context, Segment, Source
 from compactor.formats.messages import TOKENS_PER_REPLY
 from compactor.store import Batch, open_store
+
+try:  # LangChain versions whose wrap_model_call can return a state update with the response
+    from langchain.agents.middleware import ExtendedModelResponse
+except ImportError:  # pragma: no cover - older LangChain 1.x: a retry's compaction stays in the request
+    ExtendedModelResponse = None  # type: ignore[assignment,misc]
 
 #: Metadata keys the compressor adds to each Document it returns.
 SOURCE_KEY = "compactor_source_id"
@@ -172,6 +179,13 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
     keeps are the state's own objects, so ids, AIMessage tool calls and their ToolMessages stay as
     they were, and a tool call is never kept without its results. `tools` holds the `expand_context`
     tool (create_agent offers it to the model); `compactions`, `tokens_saved` and `stats()` count.
+
+    When the model call raises a context-length error (`is_context_overflow`: the provider's
+    exception, as LangChain chat models raise it) the request's messages are compacted
+    (`compact_for_retry`: to the target, or lower when the error shows a smaller window) and the
+    model is called once more with them; a second error of any kind is raised. The compacted
+    history also replaces the state's messages with the reply (when the request carried the
+    state's own messages), so the next calls start from it rather than overflowing again.
     """
 
     def __init__(self, window: int | None = None, *, auto: AutoCompactor | None = None,
@@ -210,17 +224,66 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
         return self.before_model(state, runtime)
 
     def wrap_model_call(self, request: ModelRequest[Any],
-                        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]) -> ModelResponse[Any]:
-        """Measures the request's system prompt and tool schemas (not in the state) for the next check."""
+                        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+                        ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+        """Measures the request's system prompt and tool schemas (not in the state) for the next
+        check; on a context overflow, compacts the request's messages and calls the model once more."""
         self._measure(request)
-        return handler(request)
+        try:
+            return handler(request)
+        except Exception as exc:
+            if not is_context_overflow(exc):
+                raise
+            failure = exc
+            retry = self._overflow_retry(request, exc)  # a compactor error carries the overflow as context
+        if retry is None:
+            raise failure
+        return self._with_state(request, retry, handler(retry))
 
     async def awrap_model_call(self, request: ModelRequest[Any],
                                handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-                               ) -> ModelResponse[Any]:
+                               ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
         """As `wrap_model_call`."""
         self._measure(request)
-        return await handler(request)
+        try:
+            return await handler(request)
+        except Exception as exc:
+            if not is_context_overflow(exc):
+                raise
+            failure = exc
+            retry = self._overflow_retry(request, exc)  # a compactor error carries the overflow as context
+        if retry is None:
+            raise failure
+        return self._with_state(request, retry, await handler(retry))
+
+    def _overflow_retry(self, request: ModelRequest[Any], failure: BaseException) -> ModelRequest[Any] | None:
+        """The request with its messages compacted after `failure`, or None when that cannot make
+        it smaller (the overflow is then raised as it came)."""
+        messages = list(request.messages)
+        dicts, owners = openai_messages(messages)
+        compacted = compact_for_retry(self.auto, dicts, failure)  # tools_tokens: the measured overhead
+        if compacted is None:
+            return None
+        if compacted.summary is not None and "head" in compacted.report:
+            shorter = rebuild(messages, dicts, owners, compacted)  # kept messages are the same objects
+        else:  # no summary (tool outputs cleared or shortened): the compacted dicts as messages
+            shorter = convert_to_messages(list(compacted))
+        return request.override(messages=cast("list[AnyMessage]", shorter))
+
+    @staticmethod
+    def _with_state(request: ModelRequest[Any], retry: ModelRequest[Any],
+                    response: ModelResponse[Any]) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+        """The retry's response, with a state update replacing the state's messages by the compacted
+        ones and the reply, when the request carried the state's own message objects (a request an
+        earlier middleware rewrote for this call only is not written back)."""
+        state = list(request.state.get("messages") or ()) if request.state else []
+        same = len(state) == len(request.messages) and all(
+            a is b for a, b in zip(state, request.messages, strict=True))
+        if ExtendedModelResponse is None or not same:
+            return response
+        # the model node first adds the reply, then applies this update: it must carry the reply too
+        update = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *retry.messages, *response.result]
+        return ExtendedModelResponse(model_response=response, command=Command(update={"messages": update}))
 
     def _measure(self, request: ModelRequest[Any]) -> None:
         counter = self.auto.counter

@@ -65,6 +65,9 @@ class CompressResult(BaseModel):
     pipeline: str = Field(description="the shipped pipeline that ran")
 
 
+TIERS_ALL: tuple[Literal["clear", "reduce", "summary"], ...] = ("clear", "reduce", "summary")
+
+
 class CompactResult(BaseModel):
     messages: list[dict[str, Any]] = Field(description="the compacted message list, ready to send")
     session: str = Field(description="the store session holding the summarised originals")
@@ -73,6 +76,8 @@ class CompactResult(BaseModel):
     input_tokens: int = Field(description="tokens of the history as given")
     output_tokens: int = Field(description="tokens of `messages` (OpenAI per-message accounting)")
     kind: str | None = Field(description="the summary template used: coding, tool, chat or meeting")
+    tiers: dict[str, dict[str, Any]] = Field(default_factory=dict, description=(
+        "which compaction tiers ran and the tokens each saved"))
 
 
 class ExpandResult(BaseModel):
@@ -209,17 +214,24 @@ def build_server(store: ChunkStore) -> MCPServer:
         = None,
         kind: Annotated[Literal["auto", "coding", "tool", "chat", "meeting"] | None,
                         Field(description="summary template (default: detected)")] = None,
+        tiers: Annotated[tuple[Literal["clear", "reduce", "summary"], ...], Field(
+            min_length=1, description="compaction tiers, cheapest first: clear old tool outputs into "
+                                      "stubs, reduce structured outputs, summarise")] = TIERS_ALL,
+        keep_tool_results: Annotated[int, Field(ge=0, le=1000, description=(
+            "tool outputs kept whole by the clear tier (the latest ones)"))] = 3,
     ) -> CompactResult:
         """Compact a chat history to `budget` tokens: system message and first request kept, the middle
         summarised into sections citing chunk ids, the last turns kept. The summarised messages are
         stored under `session`; `expand` gives them back by id."""
         with _tool_errors():
             short = compactor.compact_messages(messages, budget, keep_last=keep_last, store=tools.store,
-                                               session=session, query=query, kind=kind)
+                                               session=session, query=query, kind=kind, tiers=tiers,
+                                               keep_tool_results=keep_tool_results, expand_tool="expand")
         report = short.report
         return CompactResult(messages=list(short), session=short.session, dropped_ids=short.dropped_ids,
                              summary=short.summary, input_tokens=int(report.get("original_tokens", 0)),
-                             output_tokens=int(report["output_tokens"]), kind=report.get("kind"))
+                             output_tokens=int(report["output_tokens"]), kind=report.get("kind"),
+                             tiers=dict(report.get("tiers") or {}))
 
     @server.tool()
     def expand(

@@ -19,7 +19,7 @@ from typing import TextIO
 from compactor.apps.compacter import ContextCompacter, fact_to_dict
 from compactor.apps.tools import expand
 from compactor.components import score_label
-from compactor.document import Context
+from compactor.document import Budget, Context
 from compactor.errors import CompactorError, ConfigError
 from compactor.formats.records import read_paths
 from compactor.formats.system_prompt import system_records
@@ -152,9 +152,20 @@ def _main(args: argparse.Namespace) -> int:
                           "to conversation pipelines (a history compressor such as compress.eight_segment)")
     if args.keep_last is not None and args.keep_last < 0:
         raise ConfigError("--keep-last must be 0 or more")
+    target_ratio = getattr(args, "target_ratio", None)
+    if target_ratio is not None:
+        if not conversation:
+            raise ConfigError("--target-ratio applies to conversation pipelines (a history compressor such "
+                              "as compress.eight_segment)")
+        if not 0 < target_ratio <= 1:
+            raise ConfigError(f"--target-ratio must be a share in (0, 1], not {target_ratio}")
+        if args.budget is not None:
+            raise ConfigError("give --budget or --target-ratio, not both")
+        options["fill"] = True
     if args.keep_files is not None and args.keep_files < 0:
         raise ConfigError("--keep-files must be 0 or more")
-    inputs = Context(sources=tuple(sources), query=pipeline.spec.query, budget=pipeline.spec.budget,
+    inputs = Context(sources=tuple(sources), query=pipeline.spec.query,
+                     budget=Budget(ratio=target_ratio) if target_ratio is not None else pipeline.spec.budget,
                      state=State([ConversationOptions(options)] if options else []))
     store = open_store(args.store or (DEFAULT_STORE if args.session else None)) if conversation else None
     if store is not None and (args.store or args.session):

@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                         f"store.path, else {DEFAULT_STORE} when --session is given, else memory)")
     parser.add_argument("--report-context", action="store_true",
                         help="with --session: print the report context (original chunk text) instead")
+    parser.add_argument("--target-ratio", "--target-compression-ratio", type=float, metavar="R",
+                        dest="target_ratio", help="conversations: compact to this share of the history's "
+                        "tokens (0.6: 60%%), filling 90-100%% of it")
     parser.add_argument("--keep-last", type=int, metavar="N",
                         help="conversations: turns kept verbatim at the end (a call with its results is one)")
     parser.add_argument("--compress-system", action="store_true",
