@@ -101,7 +101,8 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int | None =
     leave no room for a summary (with a warning in the report); False never does.
 
     `tiers` (default: the summary alone; `AutoCompactor` and the integrations use all of `TIERS`),
-    cheapest first, each tried only while the history is still over `fit` (default: the budget): "clear" turns tool outputs older than the last `keep_tool_results` (not those of
+    cheapest first, each tried only while the history is still over `fit` (default: the budget):
+    "clear" turns tool outputs older than the last `keep_tool_results` (not those of
     `exclude_tools`) into one-line stubs naming the tool, the size and the id to expand, when that
     saves at least `clear_at_least` tokens; "reduce" shortens structured outputs (JSON, CSV, tables)
     by their structure; "summary" writes the 8 sections (to `budget`). `report["tiers"]` says which
