@@ -4,7 +4,10 @@
 and edits files through tools or shell commands), a tool-using agent (structured calls, no files), a
 chat (a person with an assistant or with one other person) and a meeting (three or more people
 talking). The signals are the ones `History` already read (actions, their files, tool outputs,
-speakers), so detection costs nothing extra.
+speakers), so detection costs nothing extra. A team of agents (a planner, a coder, a tester, a
+reviewer handing work to each other) is agent work even when its turns carry no tool output: its
+speakers are agent roles (`roles.role_of`) or named agents handing work over, and its turns show
+work (code, files, tests, tickets); it is "coding" when they show code or files, else "tool".
 
 `session_dates` gives each message its date: a date field on the message (`date`, `timestamp`,
 `created_at`, `session_date`, ...; ISO text, epoch seconds or text such as "1:56 pm on 8 May, 2023"),
@@ -22,6 +25,7 @@ import regex
 
 from compactor.formats.compaction import KINDS, SUMMARY_MARK
 from compactor.plugins.compress import history as hx
+from compactor.plugins.compress import roles
 from compactor.text.numbers import DATE, YEAR, date_key
 
 Kind = Literal["coding", "tool", "chat", "meeting"]
@@ -29,6 +33,18 @@ __all__ = ["AGENT_KINDS", "KINDS", "detect_kind", "has_time_reference", "parse_d
            "session_dates"]
 #: Kinds summarised with the seed-004 eight sections (agent work); the others use the people template.
 AGENT_KINDS = frozenset({"coding", "tool"})
+#: A team of agents: the share of its turns that show work (code, files, tests, tickets, code symbols,
+#: tool use), with agent-role speakers; less suffices when they also hand work to each other. Meetings
+#: and podcasts, even about software, show at most 0.12 (the QMSum, VCSum and Changelog transcripts).
+TEAM_WORK = 0.3
+TEAM_WORK_HANDED = 0.15
+#: Messages that hand work to another role (or @-mention another participant) a team shows at least.
+TEAM_HANDOFFS = 2
+#: Agent roles that keep handing work to each other are a team even when their turns show no code,
+#: files or tests (a planner, a writer and a critic): at least this many handoffs and this share of
+#: the turns.
+TEAM_ONLY_HANDOFFS = 3
+TEAM_HANDOFF_SHARE = 0.15
 _DATE_KEYS = ("date", "session_date", "date_time", "datetime", "timestamp", "created_at", "created", "time",
               "sent_at")
 
@@ -43,10 +59,34 @@ def detect_kind(history: hx.History) -> Kind:
     edits = sum(1 for a in actions if a.call is None and a.name == "edit")  # SEARCH/REPLACE blocks
     if edits or (files >= 2 and outputs) or (textual >= 2 and outputs >= 2):  # snippets alone: a chat
         return "coding"
+    team = _team_kind(history)
     if structured or outputs:
-        return "tool"
+        return team or "tool"
+    if team is not None:
+        return team
     people = {history.speakers[i] for i, k in enumerate(history.kinds) if k in ("user", "assistant")}
     return "meeting" if len(people) >= 3 else "chat"
+
+
+def _team_kind(history: hx.History) -> Kind | None:
+    """"coding" or "tool" for a team of agents, None for anything else.
+
+    A team: two or more speakers that are agent roles (planner, coder, tester, reviewer, in English
+    or Chinese, with their synonyms) whose turns mostly show work (code, files, tests, tickets), or
+    hand work to each other and show some, or keep handing work to each other; or two or more named
+    assistants that hand work to each other and show work. People in a meeting, with job titles or
+    not, talk: few of their turns show code, files or tests, and they rarely hand work over by name
+    ("@coder", "over to the tester", "交给测试员")."""
+    team = roles.read_team(history, min_work=TEAM_WORK)
+    share = team.work / max(1, team.turns)
+    handed = team.handoffs >= TEAM_HANDOFFS
+    roles_team = len(team.roles) >= 2 and (
+        share >= TEAM_WORK or (handed and share >= TEAM_WORK_HANDED)
+        or team.handoffs >= max(TEAM_ONLY_HANDOFFS, TEAM_HANDOFF_SHARE * team.turns))
+    agents_team = len(team.agents) >= 2 and handed and share >= TEAM_WORK
+    if not (roles_team or agents_team):
+        return None
+    return "coding" if team.code >= 2 else "tool"
 
 
 # -- dates -----------------------------------------------------------------------------------------
