@@ -80,8 +80,7 @@ class AutoCompactor:
     (`keep_last`, `llm`, `query`, `kind`, `keep_files`, `pipeline`, `plugins`, `summary_role`,
     `compress_system`, `tiers` (default: all three, cheapest first), `keep_tool_results`,
     `exclude_tools`, `clear_at_least`, `expand_tool`, `pin`) is passed to `compact_messages`. The
-    cheap tiers are accepted once the history is back under halfway between the target and the
-    trigger, so the next compaction is some turns away; a summary compacts to `target` (of the room
+    cheap tiers are accepted once the history is back under the trigger; a summary compacts to `target` (of the room
     the system message(s) leave, when they take much of it). `on_compact` is called with each
     `Compaction`, for a monitor or a log line; `record=False` keeps compactions out of the store's
     run records.
@@ -240,7 +239,7 @@ class AutoCompactor:
             excerpt = chosen if chosen is not None or attempt == budgets[-1] else False
             try:
                 return compact_messages(items, attempt, store=self.store, session=self.session,
-                                        fit=max(attempt, (attempt + ceiling) // 2), restore=self._originals,
+                                        fit=max(attempt, ceiling), restore=self._originals,
                                         compress_system=excerpt, **options)
             except BudgetError as exc:
                 if attempt == budgets[-1]:
