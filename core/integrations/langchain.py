@@ -214,8 +214,13 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
             return None
         dicts, owners = openai_messages(messages)
         compacted = self.auto.maybe_compact(dicts)
-        if not isinstance(compacted, CompactedMessages) or compacted.summary is None:
+        if not isinstance(compacted, CompactedMessages):
             return None
+        if compacted.summary is None:  # a cheap tier: some tool outputs became stubs
+            if not compacted.report.get("replaced"):
+                return None
+            return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES),
+                                 *restubbed(messages, owners, compacted)]}
         return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES),
                              *rebuild(messages, dicts, owners, compacted)]}
 
@@ -341,6 +346,24 @@ def openai_messages(messages: Sequence[BaseMessage]) -> tuple[list[dict[str, Any
         dicts.extend(converted)
         owners.extend([i] * len(converted))
     return dicts, owners
+
+
+def restubbed(messages: Sequence[BaseMessage], owners: Sequence[int],
+              compacted: CompactedMessages) -> list[BaseMessage]:
+    """The history after a cheap tier: the original objects, but those whose tool output became a
+    stub or a reduction (converted from the compacted dicts; tool call ids keep the pairs).
+    With pins (which add messages) the whole list is converted."""
+    if len(compacted) != len(owners):
+        return list(convert_to_messages(list(compacted)))
+    changed = {owners[int(i)] for i in compacted.report.get("replaced") or {}}
+    out: list[BaseMessage] = []
+    for owner, message in enumerate(messages):
+        if owner not in changed:
+            out.append(message)
+            continue
+        parts = [compacted[i] for i, o in enumerate(owners) if o == owner]
+        out.extend(convert_to_messages(parts))  # a new message: new id (the state keeps it from now on)
+    return out
 
 
 def rebuild(messages: Sequence[BaseMessage], dicts: Sequence[dict[str, Any]], owners: Sequence[int],
