@@ -780,7 +780,9 @@ def value_key(token: str) -> str:
 
 def contains_value(text: str, words: set[str], key: str) -> bool:
     """Whether `text` (its `\\w+` runs in `words`) holds `key` as a whole value: `sea` is not in
-    "seattle", nor `mia` in "mia_li_3668"."""
+    "seattle", nor `mia` in "mia_li_3668"; an empty value is in no text."""
+    if not key:
+        return False
     if WORD_RUN.fullmatch(key):
         return key in words
     start = text.find(key)
