@@ -159,3 +159,10 @@ def test_the_latest_request_stays_verbatim_with_the_turns_after_it() -> None:
         history += _turn(i, rows=3)
     out = compactor.compact_messages(history, compactor.count_message_tokens(history) // 3)
     assert any(m.get("content") == request for m in out)
+
+
+def test_an_empty_value_is_in_no_text() -> None:
+    from compactor.plugins.compress.history import contains_value
+
+    assert contains_value("", set(), "") is False
+    assert contains_value("x = 1", {"x", "1"}, "") is False
