@@ -80,9 +80,9 @@ class AutoCompactor:
     (`keep_last`, `llm`, `query`, `kind`, `keep_files`, `pipeline`, `plugins`, `summary_role`,
     `compress_system`, `tiers` (default: all three, cheapest first), `keep_tool_results`,
     `exclude_tools`, `clear_at_least`, `expand_tool`, `pin`) is passed to `compact_messages`. The
-    cheap tiers are accepted once the history is back under the trigger; a summary compacts to `target` (of the room
-    the system message(s) leave, when they take much of it). `on_compact` is called with each
-    `Compaction`, for a monitor or a log line; `record=False` keeps compactions out of the store's
+    cheap tiers are accepted once the history is back under the trigger; a summary compacts to
+    `target` (of the room the system message(s) leave, when they take much of it). `on_compact`
+    is called with each `Compaction`, for a monitor or a log line; `record=False` keeps compactions out of the store's
     run records.
     """
 
