@@ -82,8 +82,8 @@ class AutoCompactor:
     `exclude_tools`, `clear_at_least`, `expand_tool`, `pin`) is passed to `compact_messages`. The
     cheap tiers are accepted once the history is back under the trigger; a summary compacts to
     `target` (of the room the system message(s) leave, when they take much of it). `on_compact`
-    is called with each `Compaction`, for a monitor or a log line; `record=False` keeps compactions out of the store's
-    run records.
+    is called with each `Compaction`, for a monitor or a log line; `record=False` keeps compactions
+    out of the store's run records.
     """
 
     def __init__(self, window: int, *, reserve: int | None = None, trigger: int | float | None = None,
