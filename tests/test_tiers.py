@@ -61,7 +61,7 @@ def test_excluded_tools_and_clear_at_least() -> None:
 
 
 def test_a_stub_never_changes_once_written_and_the_prefix_stays() -> None:
-    auto = AutoCompactor(window=4_000, reserve=1_500, record=False)
+    auto = AutoCompactor(window=4_000, reserve=1_500, record=False, tiers=compactor.TIERS)
     messages = _history(0)
     sent: list[list[dict[str, Any]]] = []
     for i in range(40):

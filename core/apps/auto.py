@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compactor.apps.common import PipelineArg
-from compactor.apps.conversation import TIERS, CompactedMessages, compact_messages
+from compactor.apps.conversation import CompactedMessages, compact_messages
 from compactor.apps.tools import expand, handle_expand_call
 from compactor.document import Message
 from compactor.errors import BudgetError, InputError
@@ -78,12 +78,12 @@ class AutoCompactor:
     compacts to, tokens or a fraction of the trigger (default 0.5). `tools_tokens`: what the request
     spends outside the messages (tool schemas), counted against the trigger. Every other keyword
     (`keep_last`, `llm`, `query`, `kind`, `keep_files`, `pipeline`, `plugins`, `summary_role`,
-    `compress_system`, `tiers` (default: all three, cheapest first), `keep_tool_results`,
-    `exclude_tools`, `clear_at_least`, `expand_tool`, `pin`) is passed to `compact_messages`. The
-    cheap tiers are accepted once the history is back under the trigger; a summary compacts to
-    `target` (of the room the system message(s) leave, when they take much of it). `on_compact`
-    is called with each `Compaction`, for a monitor or a log line; `record=False` keeps compactions
-    out of the store's run records.
+    `compress_system`, `tiers` (default: the summary; `TIERS` for all three, cheapest first),
+    `keep_tool_results`, `exclude_tools`, `clear_at_least`, `expand_tool`, `pin`) is passed to
+    `compact_messages`. The cheap tiers are accepted once the history is back under the
+    trigger; a summary compacts to `target` (of the room the system message(s) leave, when they
+    take much of it). `on_compact` is called with each `Compaction`, for a monitor or a log
+    line; `record=False` keeps compactions out of the store's run records.
     """
 
     def __init__(self, window: int, *, reserve: int | None = None, trigger: int | float | None = None,
@@ -113,7 +113,7 @@ class AutoCompactor:
         self.remember = remember
         self._memo: tuple[int, str, list[Any]] | None = None  # (messages covered, their digest, result)
         self._counter = get_counter(encoding)
-        self._options: dict[str, Any] = {"keep_last": keep_last, "pipeline": pipeline, "tiers": TIERS,
+        self._options: dict[str, Any] = {"keep_last": keep_last, "pipeline": pipeline, "tiers": ("summary",),
                                          "plugins": tuple(plugins), "llm": llm, "query": query, **options}
         self.history: list[Compaction] = []
         self.checks = 0

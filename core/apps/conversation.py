@@ -211,7 +211,8 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int | None =
     if compress_system is not None:
         options["compress_system"] = bool(compress_system)
     result = _summarise(source_items, room, runner, target, session_id, llm, options,
-                        auto_system=compress_system is None)
+                        auto_system=compress_system is None
+                        and any(m.role not in ("system", "developer") for m in parsed))
     saved = max(0, original_tokens - int(result.report["output_tokens"]))
     tier_report["summary"] = {"ran": True, "saved": saved, "used": True}
     result.report["tiers"] = tier_report
