@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -71,6 +72,10 @@ TIGHT = 400
 #: Chats and meetings: the share of the room the latest turns may take verbatim (the rest is chosen
 #: by value per token, whole short turns included, wherever they are in the history).
 PEOPLE_TAIL_SHARE = 0.2
+#: The metadata's quality (validate.loss retention) reads every message of a history up to this many
+#: characters (about 40k tokens), and an even sample of about `QUALITY_SAMPLE_CHARS` of a longer one.
+QUALITY_EXACT_CHARS = 160_000
+QUALITY_SAMPLE_CHARS = 60_000
 #: The tool the marker tells the model to call with the ids (the `expand_tool` run option: the
 #: name the caller offers it under, or None when it offers none and the ids are only listed).
 EXPAND_TOOL = "expand_context"
@@ -617,10 +622,14 @@ def reweigh(pools: dict[str, list[hx.Item]], weights: Mapping[int, float],
 def _quality_from_loss(context: Context, chunks: Sequence[Chunk], plan: dict[str, Any],
                        parts: list[Segment], counter: TokenCounter) -> tuple[dict[str, Any], list[Segment]]:
     """Put `validate.loss`'s retention in the metadata block instead of the rule draft's own signal
-    count: the same measure on the same chunks (every message: a sample would give another figure
-    than a `validate.loss` step after this one) and on the segments as they go out, the figure
-    included (it is a number the measure may find in a message, so it is settled in turn)."""
-    measured = context.evolve(chunks=tuple(chunks))
+    count: the same measure on the same chunks and on the segments as they go out, the figure
+    included (it is a number the measure may find in a message, so it is settled in turn). Up to
+    `QUALITY_EXACT_CHARS` every message is measured, so a `validate.loss` step after this one gives
+    the same figure; a longer history is measured on an even sample of its messages (every k-th),
+    so the figure costs a bounded time however long the history is."""
+    total = sum(len(c.text) for c in chunks)
+    step = 1 if total <= QUALITY_EXACT_CHARS else math.ceil(total / QUALITY_SAMPLE_CHARS)
+    measured = context.evolve(chunks=tuple(c for n, c in enumerate(chunks) if n % step == 0))
     shown: float | None = None
     retention = float(loss_report(measured.evolve(segments=tuple(parts)))["retention"])
     for _ in range(3):
@@ -635,7 +644,7 @@ def _quality_from_loss(context: Context, chunks: Sequence[Chunk], plan: dict[str
         parts = [dataclasses.replace(part, text=text, tokens=counter.count(text))
                  if part.metadata.get("section") in ("metadata", "marker")
                  and (text := _with_quality(part.text, retention)) != part.text else part for part in parts]
-        if not any(figure in c.text for c in chunks):  # no message holds it: the measure stands
+        if not any(figure in c.text for c in measured.chunks):  # no message holds it: the measure stands
             break
         retention = float(loss_report(measured.evolve(segments=tuple(parts)))["retention"])
     return plan, parts
