@@ -8,7 +8,7 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -45,7 +45,6 @@ from compactor.integrations.langchain import (
     is_summary,
 )
 
-ID = re.compile(r"\b[0-9a-f]{16}-\d{4}\b")
 RANGE = re.compile(r"\b[0-9a-f]{16}-\d{4}(?:\.\.\d{4})?\b")
 
 # -- retriever -------------------------------------------------------------------------------------
@@ -165,9 +164,11 @@ class ToolCallingFakeModel(GenericFakeChatModel):
         return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
 
 
-def _script(model: ToolCallingFakeModel, found: dict[str, str]) -> Iterator[AIMessage]:
+def _script(model: ToolCallingFakeModel, found: dict[str, str],
+            lookup: Callable[[list[str]], dict[str, str]] | None = None) -> Iterator[AIMessage]:
     """The agent's side: look up every order (with a catalog search every third turn, two calls in
-    one message), then, once the history was compacted twice, expand an id the summary cites."""
+    one message), then, once the history was compacted twice, expand an id the summary cites (the
+    first that `lookup` resolves to one of the agent's own turns, not to an earlier summary)."""
     for i, order in enumerate(ORDERS):
         calls = [{"name": "get_order", "args": {"order_id": order}, "id": f"call_order_{i}"}]
         if i % 3 == 2:
@@ -176,7 +177,11 @@ def _script(model: ToolCallingFakeModel, found: dict[str, str]) -> Iterator[AIMe
         yield AIMessage(content=f"Checking order {order}.", tool_calls=calls)
     summary = next((m for m in model.requests[-1] if is_summary(m)), None)
     assert summary is not None, "the history was never compacted"
-    wanted = ID.findall(str(summary.content))[0]
+    cited = _cited_ids(str(summary.content))
+    assert cited, summary.content
+    wanted = cited[0]
+    if lookup is not None:
+        wanted = next((i for i in cited if "[compactor" not in lookup([i]).get(i, "[compactor")), wanted)
     found["id"] = wanted
     yield AIMessage(content="", tool_calls=[{"name": "expand_context", "args": {"ids": [wanted]},
                                              "id": "call_expand"}])
@@ -184,6 +189,11 @@ def _script(model: ToolCallingFakeModel, found: dict[str, str]) -> Iterator[AIMe
     assert isinstance(answer, ToolMessage) and answer.tool_call_id == "call_expand"
     found["text"] = str(answer.content)
     yield AIMessage(content="Orders #W1000, #W1004, #W1008 and #W1012 are pending; refund issued.")
+
+
+def _cited_ids(text: str) -> list[str]:
+    """The ids a summary cites, ranges (`<source>-0001..0008`) spelt out, in order of appearance."""
+    return list(dict.fromkeys(expand_ids(RANGE.findall(text))))
 
 
 def _check_history(messages: list[BaseMessage]) -> None:
@@ -222,7 +232,7 @@ def test_agent_loop_compacts_twice_and_expands() -> None:
             assert seen_ids.setdefault(str(m.id), str(m.content)) == str(m.content)
 
     model = ToolCallingFakeModel(messages=iter([]), check=check)
-    model.messages = _script(model, found)
+    model.messages = _script(model, found, lambda ids: middleware.auto.expand(ids))
     agent = create_agent(model, tools=[get_order, search_catalog], system_prompt=SYSTEM,
                          middleware=[middleware])
     request = f"Check orders {', '.join(ORDERS)} and refund the pending ones."

@@ -263,7 +263,7 @@ def test_jsonl_lines_end_at_line_breaks_only(tmp_path: Path) -> None:
      r"half\.jsonl:2: \\ud800 is half of a surrogate pair"),
     ("half.json", b'[{"text": "a \\uDC00 b"}]', r"half\.json: \\udc00 is half of a surrogate pair"),
     ("noboom.jsonl", '{"text": "x"}\n'.encode("utf-16-le"), r"noboom\.jsonl: .*UTF-16/32 text without"),
-])
+], ids=lambda value: value if isinstance(value, str) and value.endswith(("json", "jsonl")) else "")
 def test_unreadable_json_is_an_input_error_with_its_place(tmp_path: Path, name: str, data: bytes,
                                                           message: str) -> None:
     # these raised ValueError or RecursionError (an internal error in the CLI), or passed a lone

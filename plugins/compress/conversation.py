@@ -5,14 +5,19 @@ system messages, the first request when cheap, the last `keep_last` turns) and w
 everything between, with the sections Claude Code's summaries use (Primary Request and Intent; Key
 Technical Concepts; Files and Code Sections; Errors and fixes; Problem Solving; All user messages;
 Pending Tasks; Current Work), the optional ninth (Optional Next Step, quoting the latest instruction)
-and the metadata block (original and compressed tokens, ratio, quality score, role).
+and the metadata block (original and compressed tokens and characters, ratio, quality score, role).
 
-Section budgets adapt to what the history holds: each section asks for what its candidates cost,
-the allowance is water-filled by section weight, and what a section leaves goes to the best items
-left anywhere. Every line cites its messages (`m12` is message 12, chunk id `<source>-0012`), and the
-summary's first line says how to expand the originals. `role:` (or the run option) writes the
-handoff summary of one role (its own messages plus what people said). An optional LLM pass rewrites
-the rule draft and is used only if it keeps the headings, fits and invents nothing.
+Primary Request and Intent opens with the request being worked on when it was summarised: the
+person's latest turn, and the task statement, quoted in full when they fit in half the summary
+(mandatory lines, never dropped). The other section budgets adapt to what the history holds: each
+section asks for what its candidates cost, the allowance is water-filled by section weight, and what
+a section leaves goes to the best items left anywhere. Every line cites its messages, and the
+summary's first line says how to get the originals back (the `expand_tool` the caller offers, or
+just the ids) and what a citation means: `m12` is message 12 of this history (chunk id
+`<source>-0012`); a line carried from an earlier summary cites that summary's history under a
+letter of its own (`a7`, `<earlier source>-0007`). `role:` (or the run option) writes the handoff
+summary of one role (its own messages plus what people said). An optional LLM pass rewrites the
+rule draft and is used only if it keeps the headings, fits and invents nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import regex
 from compactor.components import Component, DataPath
 from compactor.document import Chunk, Context, Message, Segment, Source, chunk_id, frozen_mapping
 from compactor.formats.compaction import MIN_SUMMARY_TOKENS, SUMMARY_MARK, Plan, plan_compaction, plan_dict
-from compactor.formats.messages import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, message_tokens, speaker
+from compactor.formats.messages import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, calls, message_tokens, speaker
 from compactor.formats.system_prompt import shorten_system
 from compactor.hookspecs import hookimpl
 from compactor.llm.guard import Request, complete_guarded
@@ -67,9 +72,15 @@ TIGHT = 400
 #: Chats and meetings: the share of the room the latest turns may take verbatim (the rest is chosen
 #: by value per token, whole short turns included, wherever they are in the history).
 PEOPLE_TAIL_SHARE = 0.2
-#: The metadata's quality (validate.loss retention) reads at most about this many characters.
+#: The metadata's quality (validate.loss retention) reads every message of a history up to this many
+#: characters (about 40k tokens), and an even sample of about `QUALITY_SAMPLE_CHARS` of a longer one.
+QUALITY_EXACT_CHARS = 160_000
 QUALITY_SAMPLE_CHARS = 60_000
+#: The tool the marker tells the model to call with the ids (the `expand_tool` run option: the
+#: name the caller offers it under, or None when it offers none and the ids are only listed).
+EXPAND_TOOL = "expand_context"
 _HEADING = regex.compile(r"^## (.+?)\s*$", regex.MULTILINE)
+_TOOL_NAME = regex.compile(r"[A-Za-z_][\w.-]{0,63}")
 
 
 @dataclass(slots=True)
@@ -90,7 +101,8 @@ class EightSegment(Component):
     """Compacts agent histories into the 8 sections (+ Optional Next Step) and verbatim head/tail turns.
 
     Run options in `context.state` (`ConversationOptions`) (what `compact_messages` and the CLI pass)
-    override the parameters: keep_last, role, summary_role, llm, kind, focus, keep_files, compress_system.
+    override the parameters: keep_last, role, summary_role, llm, kind, focus, keep_files, compress_system,
+    expand_tool (the name the marker tells the model to call with the ids; None: the ids only).
 
     `kind` (auto: detected, `conversation_kinds.detect_kind`) picks the template: the eight sections
     for coding and tool-using agents, the people template (`chat_summary`) for chats and meetings.
@@ -109,7 +121,9 @@ class EightSegment(Component):
                  max_input_tokens: int = 12000,
                  kind: Literal["auto", "coding", "tool", "chat", "meeting"] = "auto",
                  focus: str | None = None, share: float = 1.0, keep_files: int = 0,
-                 files_share: float = 0.35, compress_system: bool = False) -> None:
+                 files_share: float = 0.35, compress_system: bool = False,
+                 expand_tool: str | None = EXPAND_TOOL) -> None:
+        self.expand_tool = expand_tool
         self.kind = kind
         self.keep_files = keep_files
         self.files_share = files_share
@@ -142,6 +156,9 @@ class EightSegment(Component):
         share = params.get("share", 1.0)
         if not isinstance(share, int | float) or not 0 < share <= 1:
             problems.append("share must be in (0, 1]")
+        tool = params.get("expand_tool", EXPAND_TOOL)
+        if tool is not None and not (isinstance(tool, str) and _TOOL_NAME.fullmatch(tool)):
+            problems.append("expand_tool must be a tool name (letters, digits, _ . -) or null")
         return problems
 
     @hookimpl
@@ -181,6 +198,8 @@ class EightSegment(Component):
         messages = list(source.messages)
         counter = run.counter
         summary_role = str(options.get("summary_role") or self.summary_role)
+        frame = {"expand_tool": options.get("expand_tool", self.expand_tool),
+                 "original_chars": sum(message_chars(m) for m in messages)}
         by_message = [c.tokens for i, c in enumerate(chunks)
                       if c.units == (i, i + 1) and c.id == chunk_id(source.id, i)]
         costs = (by_message if len(by_message) == len(messages) == len(chunks)  # chunk.messages made them
@@ -226,17 +245,20 @@ class EightSegment(Component):
             pinned, pinned_cost = render_views(views, int(self.files_share * plan.summary_tokens), counter)
         if people:
             draft = self._write_people(history, source, plan, costs, counter, kind == "meeting", weights,
-                                       focus)
+                                       focus, frame)
         elif pinned:  # the files first, the sections in what they leave
-            heading = counter.count(f"## {_title('files', _chinese(history))}\n") + 2
-            room = dataclasses.replace(plan, summary_tokens=plan.summary_tokens - pinned_cost - heading)
+            heading = f"## {_title('files', _chinese(history))}\n"
+            room = dataclasses.replace(plan, summary_tokens=plan.summary_tokens - pinned_cost
+                                       - counter.count(heading) - 2)
             draft = _pin_files(self._draft(history, source, room, costs, counter, role, weights, focus,
-                                           extra_tokens=pinned_cost + heading), pinned, _chinese(history))
+                                           extra_tokens=pinned_cost + counter.count(heading) + 2,
+                                           extra_chars=len(heading) + sum(len(b) + 1 for b in pinned),
+                                           frame=frame), pinned, _chinese(history))
             if counter.count(draft.text) > plan.summary_tokens:  # never over: the sections alone
                 pinned = []
-                draft = self._draft(history, source, plan, costs, counter, role, weights, focus)
+                draft = self._draft(history, source, plan, costs, counter, role, weights, focus, frame=frame)
         else:
-            draft = self._draft(history, source, plan, costs, counter, role, weights, focus)
+            draft = self._draft(history, source, plan, costs, counter, role, weights, focus, frame=frame)
         lost_latest = any("latest turn" in note for note in plan.notes)
         small = plan.summary_tokens < TIGHT or (lost_latest and plan.summary_tokens < 4 * TIGHT)
         if not people and not pinned and small:
@@ -245,7 +267,8 @@ class EightSegment(Component):
             verbatim = plan_compaction(messages, costs, limit, tail_share=1.0, **settings)
             verbatim = dataclasses.replace(verbatim, original_tokens=verbatim.original_tokens + saved)
             if verbatim.tail != plan.tail:
-                alternative = self._draft(history, source, verbatim, costs, counter, role, weights, focus)
+                alternative = self._draft(history, source, verbatim, costs, counter, role, weights, focus,
+                                          frame=frame)
                 scope = [i for i in range(len(messages)) if i not in plan.head]
                 if (_readable(history, scope, alternative, verbatim)  # a tie goes to the verbatim turns
                         >= _readable(history, scope, draft, plan)):
@@ -281,24 +304,34 @@ class EightSegment(Component):
 
     def _draft(self, history: hx.History, source: Source, plan: Plan, costs: Sequence[int],
                counter: TokenCounter, role: str | None, weights: Mapping[int, float] | None = None,
-               focus: frozenset[str] = frozenset(), extra_tokens: int = 0) -> Draft:
+               focus: frozenset[str] = frozenset(), extra_tokens: int = 0, extra_chars: int = 0,
+               frame: Mapping[str, Any] | None = None) -> Draft:
+        """`write` for a plan (`frame`: the expand tool and the original's characters, as `compact`
+        reads them from the run options and the messages)."""
+        frame = frame or {}
         kept = TOKENS_PER_REPLY + sum(costs[i] for i in (*plan.head, *plan.tail)) + extra_tokens
+        kept_chars = sum(message_chars(history.messages[i]) for i in (*plan.head, *plan.tail)) + extra_chars
         return self.write(history, source, plan.head, plan.tail, plan.dropped, plan.summary_tokens, counter,
                           role=role, original_tokens=plan.original_tokens, kept_tokens=kept,
-                          weights=weights, focus=focus)
+                          weights=weights, focus=focus, expand_tool=frame.get("expand_tool", EXPAND_TOOL),
+                          original_chars=int(frame.get("original_chars", 0)), kept_chars=kept_chars)
 
     def _write_people(self, history: hx.History, source: Source, plan: Plan, costs: Sequence[int],
                       counter: TokenCounter, meeting: bool, weights: Mapping[int, float],
-                      focus: frozenset[str]) -> Draft:
+                      focus: frozenset[str], frame: Mapping[str, Any] | None = None) -> Draft:
         """The people template (`chat_summary`): who is who, then the pieces worth most per token."""
         zh = _chinese(history)
+        frame = frame or {}
+        tool = frame.get("expand_tool", EXPAND_TOOL)
         dropped, allowance = plan.dropped, plan.summary_tokens
         kept_tokens = TOKENS_PER_REPLY + sum(costs[i] for i in (*plan.head, *plan.tail))
+        kept_chars = sum(message_chars(history.messages[i]) for i in (*plan.head, *plan.tail))
+        original_chars = int(frame.get("original_chars", 0))
         dates = session_dates(history.messages)
         tight = allowance < TIGHT
         earlier = earlier_ids(history, dropped)
-        marker = (short_marker(source.id, dropped) if tight
-                  else _marker(source.id, dropped, len(history.messages), earlier[-MAX_EARLIER:], zh))
+        marker = (short_marker(source.id, dropped, tool) if tight
+                  else _marker(source.id, dropped, len(history.messages), earlier[-MAX_EARLIER:], zh, tool))
         people = chat.people_lines(history, plan.head, zh) if allowance >= 200 else []
         while people and counter.count("\n".join(people)) > 0.15 * allowance:
             people.pop()
@@ -309,25 +342,44 @@ class EightSegment(Component):
         quality = 1.0  # the metadata's figure is validate.loss's, put in by `_quality_from_loss`
         pieces = chat.pieces_of(history, dropped, counter, meeting, weights, focus, dates)
         pieces.extend(chat.carried_pieces(history, dropped, counter))
-        fixed = counter.count(_frame(marker, "\n".join(people), _metadata(plan.original_tokens, 99999, 1.0,
-                                                                            label, zh, tight), tight))
+        fixed = counter.count(_frame(marker, "\n".join(people), _metadata(
+            plan.original_tokens, 99999, 1.0, label, zh, tight, (original_chars, 9999999)), tight))
         headings = len({p.kind for p in pieces}) * (8 if zh else 6)  # at most one per section
-        chosen = chat.choose(pieces, max(0, allowance - fixed - headings))
-        while True:
-            sections, cited = chat.render(history, chosen, people, meeting, zh, dates)
-            body = "\n\n".join(sections.values())
-            meta = _metadata(plan.original_tokens, 0, quality, label, zh, tight)
-            framed = counter.count(_frame(marker, body, meta, tight))
-            compressed = kept_tokens + framed + TOKENS_PER_MESSAGE + 1
-            meta = _metadata(plan.original_tokens, compressed, quality, label, zh, tight)
-            text = _frame(marker, body, meta, tight)
-            over = counter.count(text) - allowance
-            if over <= 0 or not chosen:
-                break
-            while chosen and over > 0:  # the last chosen added least: drop from the end
-                over -= chosen.pop().tokens + 2
+
+        def fitted(room: int) -> tuple[str, dict[str, str], tuple[int, ...], str]:
+            """The pieces chosen for `room`, rendered, the last ones dropped while over the allowance:
+            (text, sections, cited messages, metadata)."""
+            chosen = chat.choose(pieces, max(0, room))
+            while True:
+                sections, cited = chat.render(history, chosen, people, meeting, zh, dates)
+                body = "\n\n".join(sections.values())
+                meta = _metadata(plan.original_tokens, 0, quality, label, zh, tight, (original_chars, 0))
+                framed = counter.count(_frame(marker, body, meta, tight))
+                compressed = kept_tokens + framed + TOKENS_PER_MESSAGE + 1
+                chars = kept_chars
+                for _ in range(4):  # the figure is part of the text it counts: settle its digits
+                    meta = _metadata(plan.original_tokens, compressed, quality, label, zh, tight,
+                                     (original_chars, chars))
+                    settled = kept_chars + len(_frame(marker, body, meta, tight))
+                    if settled == chars:
+                        break
+                    chars = settled
+                text = _frame(marker, body, meta, tight)
+                over = counter.count(text) - allowance
+                if over <= 0 or not chosen:
+                    return text, sections, cited, meta
+                while chosen and over > 0:  # the last chosen added least: drop from the end
+                    over -= chosen.pop().tokens + 2
+
+        room = allowance - fixed - headings
+        text, sections, cited, meta = fitted(room)
+        spare = allowance - counter.count(text)
+        if not tight and spare >= max(8, allowance // 50):  # the estimates left room: use it
+            fuller = fitted(room + spare - 2)
+            if len(fuller[0]) > len(text) and counter.count(fuller[0]) <= allowance:
+                text, sections, cited, meta = fuller
         if counter.count(text) > allowance:
-            short = short_marker(source.id, dropped)
+            short = short_marker(source.id, dropped, tool)
             return Draft(short, {}, (), quality, marker=short, metadata="")
         first, last = (f"{marker} {meta}", "") if tight else (marker, meta)
         return Draft(text, sections, cited, quality, marker=first, metadata=last)
@@ -335,59 +387,91 @@ class EightSegment(Component):
     def write(self, history: hx.History, source: Source, head: Sequence[int], tail: Sequence[int],
               dropped: Sequence[int], allowance: int, counter: TokenCounter, *, role: str | None = None,
               original_tokens: int = 0, kept_tokens: int = 0, weights: Mapping[int, float] | None = None,
-              focus: frozenset[str] = frozenset()) -> Draft:
+              focus: frozenset[str] = frozenset(), expand_tool: str | None = EXPAND_TOOL,
+              original_chars: int = 0, kept_chars: int = 0) -> Draft:
         """The rule summary of the dropped messages within `allowance` tokens (never more)."""
         zh = _chinese(history)
         visible = [i for i in dropped if role is None or history.kinds[i] in ("user", "system")
                    or history.speakers[i] == role
                    or (history.kinds[i] == "output" and _answers_role(history, i, role))]
         kept_text = hx.verbatim_text(history, (*head, *tail))
-        pools = reweigh(self._candidates(history, visible, head, tail, kept_text), weights or {}, focus)
         tight = allowance < TIGHT
-        earlier = earlier_ids(history, dropped)  # reachable through the dropped summary in any case
-        marker = (short_marker(source.id, dropped) if tight
-                  else _marker(source.id, dropped, len(history.messages), earlier[-MAX_EARLIER:], zh))
+        citations = hx.Citations(history, dropped, source.id, brief=tight)
+        asked, first_kept = hx.requests(history, dropped, citations)
+        requested, covered = request_items(asked, first_kept, allowance, counter, zh)
+        quoted = {(r.index, r.carried) for r in asked if r.carried}
+        pools = self._candidates(history, visible, head, tail, kept_text, citations, covered, quoted)
+        if requested:
+            pools["primary"] = requested + pools.get("primary", [])
+        pools = reweigh(pools, weights or {}, focus)
+        earlier = earlier_ids(history, dropped)[-MAX_EARLIER:]  # reachable through the dropped summary anyway
+
+        def marker_for(body: str) -> str:
+            """The marker, defining the letters of earlier histories that `body` cites."""
+            if tight:
+                return short_marker(source.id, dropped, expand_tool)
+            return _marker(source.id, dropped, len(history.messages), earlier, zh, expand_tool,
+                           citations.defined(body))
+
         label = role or _main_role(history)
         # under a tight allowance the metadata joins the marker line, without what it can spare
         # (the ratio follows from the two counts; the role when it is the usual one)
         own_role = f", role {label}" if label != "assistant" else ""
 
-        def metadata(compressed: int, quality: float) -> str:
+        def metadata(compressed: int, chars: int, quality: float) -> str:
             """The metadata block, or under a tight allowance its short form for the marker line."""
             if tight:
                 return f"({original_tokens}→{compressed} tokens, quality {quality:.2f}{own_role})"
-            return _metadata(original_tokens, compressed, quality, label, zh)
+            return _metadata(original_tokens, compressed, quality, label, zh, chars=(original_chars, chars))
 
         def render(chosen: dict[str, list[hx.Item]]) -> tuple[str, dict[str, str], tuple[int, ...],
-                                                               float, str, int]:
-            """The summary text, its sections, cited messages, quality, metadata line and tokens."""
+                                                               float, str, int, str]:
+            """The summary text, its sections, cited messages, quality, metadata line, tokens and
+            marker."""
             sections = render_sections(chosen, zh)
             body = "\n\n".join(sections[k] for k, _, _ in SECTIONS if k in sections)
+            marker = marker_for(body)
             cited = tuple(sorted({m for items in chosen.values() for it in items for m in it.messages}))
             quality = quality_score(history, dropped, body, kept_text)
             size = _frame_size(counter, marker, body, tight)  # the body is counted once per draft
-            draft_tokens = size(metadata(allowance, quality))
-            meta = metadata(kept_tokens + draft_tokens + TOKENS_PER_MESSAGE + 1, quality)
-            return _frame(marker, body, meta, tight), sections, cited, quality, meta, size(meta)
+            draft_tokens = size(metadata(allowance, original_chars, quality))
+            compressed = kept_tokens + draft_tokens + TOKENS_PER_MESSAGE + 1
 
-        meta_reserve = 14 + counter.count(own_role) if tight else 34
-        room = max(0, allowance - counter.count(marker) - meta_reserve - 2)
+            def framed(chars: int) -> str:
+                return _frame(marker, body, metadata(compressed, chars, quality), tight)
+
+            chars = kept_chars + len(framed(kept_chars))
+            for _ in range(3):  # the figure is part of the text it counts: settle its digits
+                settled = kept_chars + len(framed(chars))
+                if settled == chars:
+                    break
+                chars = settled
+            meta = metadata(compressed, chars, quality)
+            return _frame(marker, body, meta, tight), sections, cited, quality, meta, size(meta), marker
+
+        meta_reserve = 14 + counter.count(own_role) if tight else 44
+        # the room before the choice: the marker with every letter a candidate line may cite
+        everything = "\n".join(it.text for items in pools.values() for it in items if not it.inline)
+        room = max(0, allowance - counter.count(marker_for(everything)) - meta_reserve - 2)
         allocation = _Allocation(pools, counter, zh)
         chosen = allocation.choose(room)
-        text, sections, cited, quality, meta, tokens = render(chosen)
+        text, sections, cited, quality, meta, tokens, marker = render(chosen)
         spare = allowance - tokens
         if spare >= max(6, room // 50):  # the estimate left room worth another pick: use it
             more = allocation.choose(room + spare - 2)
             fuller = render(more)
             if fuller[5] <= allowance:
                 chosen = more
-                text, sections, cited, quality, meta, tokens = fuller
-        while tokens > allowance and any(chosen.values()):
-            _drop_weakest(chosen)
-            text, sections, cited, quality, meta, tokens = render(chosen)
+                text, sections, cited, quality, meta, tokens, marker = fuller
+        while tokens > allowance and _drop_weakest(chosen):
+            text, sections, cited, quality, meta, tokens, marker = render(chosen)
+        if tokens > allowance:  # only the mandatory lines are left, and too long: their short forms
+            chosen = {key: [replace(it, text=it.short, short=None) if it.mandatory and it.short else it
+                            for it in items] for key, items in chosen.items()}
+            text, sections, cited, quality, meta, tokens, marker = render(chosen)
         first, last = (f"{marker} {meta}", "") if tight else (marker, meta)
         if tokens > allowance:  # the marker alone; the short one always fits
-            short = short_marker(source.id, dropped)
+            short = short_marker(source.id, dropped, expand_tool)
             text = marker if counter.count(marker) <= allowance else short
             if counter.count(text) > allowance:
                 cut = counter.encode(text)[:allowance]
@@ -396,26 +480,45 @@ class EightSegment(Component):
         return Draft(text, sections, cited, quality, marker=first, metadata=last)
 
     def _candidates(self, history: hx.History, visible: Sequence[int], head: Sequence[int],
-                    tail: Sequence[int], kept_text: str) -> dict[str, list[hx.Item]]:
+                    tail: Sequence[int], kept_text: str, citations: hx.Citations | None = None,
+                    covered: frozenset[int] = frozenset(),
+                    quoted: frozenset[tuple[int, str]] | set[tuple[int, str]] = frozenset()
+                    ) -> dict[str, list[hx.Item]]:
+        """Candidate lines per section (`covered`: the user messages a request line quotes;
+        `quoted`: the request lines of earlier summaries quoted again)."""
         later = list(tail)
+        tools = hx.tool_items(history, visible)
         pools: dict[str, list[hx.Item]] = {
-            "primary": hx.primary_items(history, visible, head),
-            "concepts": hx.tool_items(history, visible) + hx.identifier_items(history, visible, kept_text),
+            "primary": hx.primary_items(history, visible, covered),
+            "concepts": tools + hx.identifier_items(history, visible, kept_text),
             "files": hx.file_items(history, visible, self.snippet_lines),
-            "errors": hx.error_items(history, visible),
-            "users": hx.user_items(history, visible),
-            "pending": hx.pending_items(history, visible, later),
-            "current": hx.current_items(history, visible),
+            "errors": hx.error_items(history, visible, covered),
+            "users": hx.user_items(history, visible, covered),
+            "pending": hx.pending_items(history, visible, later, covered),
+            "current": hx.current_items(history, visible, covered=covered),
         }
         used = {it.text for items in pools.values() for it in items}
         pools["problem"] = hx.action_items(history, visible) + hx.reasoning_items(history, visible, used)
         if self.next_step:
-            pools["next"] = _next_step_items(history, visible, tail)
+            pools["next"] = _next_step_items(history, visible, tail, covered)
         titles = {title: key for key, en, zh in SECTIONS for title in (en, zh)}
         titles.update({title: _FROM_PEOPLE[key] for key, en, zh in chat.PEOPLE_SECTIONS for title in (en, zh)
                        if key in _FROM_PEOPLE})  # an earlier compaction of a chat: its lines go on
-        for key, items in hx.carried_items(history, visible, titles).items():
+        for key, items in hx.carried_items(history, visible, titles, citations, quoted).items():
+            if key == "files":  # a file this range worked on has one line, with the earlier edits
+                items = hx.merge_file_lines(pools["files"], items)
+            elif key == "concepts":  # and a tool one count
+                items = hx.merge_tool_counts(tools, items)
             pools.setdefault(key, []).extend(items)
+        if "concepts" in pools:  # a value listed once (an earlier summary's and this range's alike)
+            best: dict[str, hx.Item] = {}
+            for it in pools["concepts"]:
+                if it.inline:
+                    value = hx.value_key(it.text)
+                    if value not in best or it.priority > best[value].priority:
+                        best[value] = it
+            pools["concepts"] = [it for it in pools["concepts"]
+                                 if not it.inline or best[hx.value_key(it.text)] is it]
         return {k: v for k, v in pools.items() if v}
 
     def _refine(self, draft: Draft, history: hx.History, dropped: Sequence[int], allowance: int,
@@ -518,22 +621,32 @@ def reweigh(pools: dict[str, list[hx.Item]], weights: Mapping[int, float],
 
 def _quality_from_loss(context: Context, chunks: Sequence[Chunk], plan: dict[str, Any],
                        parts: list[Segment], counter: TokenCounter) -> tuple[dict[str, Any], list[Segment]]:
-    """Put `validate.loss`'s retention (the same measure, on this history and these segments) in the
-    metadata block instead of the rule draft's own signal count. A history longer than
-    `QUALITY_SAMPLE_CHARS` is measured on an even sample of its messages (every k-th), so the
-    figure costs a bounded time however long the history is."""
+    """Put `validate.loss`'s retention in the metadata block instead of the rule draft's own signal
+    count: the same measure on the same chunks and on the segments as they go out, the figure
+    included (it is a number the measure may find in a message, so it is settled in turn). Up to
+    `QUALITY_EXACT_CHARS` every message is measured, so a `validate.loss` step after this one gives
+    the same figure; a longer history is measured on an even sample of its messages (every k-th),
+    so the figure costs a bounded time however long the history is."""
     total = sum(len(c.text) for c in chunks)
-    step = max(1, math.ceil(total / QUALITY_SAMPLE_CHARS))
-    sample = tuple(c for n, c in enumerate(chunks) if n % step == 0)
-    retention = float(loss_report(context.evolve(chunks=sample, segments=tuple(parts)))["retention"])
-    plan = {**plan, "quality": round(retention, 3)}
-    fixed = _with_quality(str(plan["summary"]), float(retention))
-    if counter.count(fixed) > int(plan["summary_tokens"]):  # a figure one token longer: none fits
-        return plan, parts
-    plan["summary"] = fixed
-    parts = [dataclasses.replace(part, text=text, tokens=counter.count(text))
-             if part.metadata.get("section") in ("metadata", "marker")
-             and (text := _with_quality(part.text, retention)) != part.text else part for part in parts]
+    step = 1 if total <= QUALITY_EXACT_CHARS else math.ceil(total / QUALITY_SAMPLE_CHARS)
+    measured = context.evolve(chunks=tuple(c for n, c in enumerate(chunks) if n % step == 0))
+    shown: float | None = None
+    retention = float(loss_report(measured.evolve(segments=tuple(parts)))["retention"])
+    for _ in range(3):
+        figure = f"{retention:.2f}"
+        if shown is not None and f"{shown:.2f}" == figure:
+            break
+        fixed = _with_quality(str(plan["summary"]), retention)
+        if counter.count(fixed) > int(plan["summary_tokens"]):  # a figure one token longer: none fits
+            break
+        shown = retention
+        plan = {**plan, "quality": round(retention, 3), "summary": fixed}
+        parts = [dataclasses.replace(part, text=text, tokens=counter.count(text))
+                 if part.metadata.get("section") in ("metadata", "marker")
+                 and (text := _with_quality(part.text, retention)) != part.text else part for part in parts]
+        if not any(figure in c.text for c in measured.chunks):  # no message holds it: the measure stands
+            break
+        retention = float(loss_report(measured.evolve(segments=tuple(parts)))["retention"])
     return plan, parts
 
 
@@ -629,10 +742,20 @@ class _Allocation:
 
     def choose(self, room: int, fair: float = 0.5) -> dict[str, list[hx.Item]]:
         pools, costs, heads, shows = self.pools, self.costs, self.heads, self.shows
-        demand = {k: heads[k] + sum(c[0] for c in costs[k]) for k in pools}
+        picked: dict[tuple[str, int], bool] = {}  # (section, index) -> shortened
+        opened: set[str] = set()
+        spent = 0
+        for key, items in pools.items():  # the mandatory lines first, whatever they cost
+            for j, item in enumerate(items):
+                if item.mandatory:
+                    picked[key, j] = False
+                    spent += costs[key][j][0] + (0 if key in opened else heads[key])
+                    opened.add(key)
+        demand = {k: (0 if k in opened else heads[k])
+                  + sum(c[0] for j, c in enumerate(costs[k]) if (k, j) not in picked) for k in pools}
         share: dict[str, float] = {}
         active = [k for k in pools if demand[k] > 0]
-        remaining = float(room) * fair
+        remaining = float(room - spent) * fair
         while active:
             weight = sum(WEIGHTS.get(k, 0.1) for k in active)
             offer = {k: remaining * WEIGHTS.get(k, 0.1) / weight for k in active}
@@ -644,13 +767,13 @@ class _Allocation:
                 share[k] = demand[k]
                 remaining -= demand[k]
                 active.remove(k)
-        picked: dict[tuple[str, int], bool] = {}  # (section, index) -> shortened
-        opened: set[str] = set()
-        spent = 0
         for key, items in pools.items():
-            allowance = share.get(key, 0.0) - heads[key]
+            head = 0 if key in opened else heads[key]
+            allowance = share.get(key, 0.0) - head
             used = 0
             for j in sorted(range(len(items)), key=lambda j: -items[j].priority):
+                if (key, j) in picked:
+                    continue
                 full, short = costs[key][j]
                 if used + full <= allowance:
                     picked[key, j] = False
@@ -660,7 +783,7 @@ class _Allocation:
                     used += short
             if used:
                 opened.add(key)
-                spent += used + heads[key]
+                spent += used + head
         budget_left = room - spent
         for _ in range(3):  # fill; drop listed values a chosen line shows; fill the freed room again
             covered = {v for (key, j), short in picked.items() for v in shows[key, j, short]}
@@ -706,12 +829,16 @@ class _Allocation:
         return chosen
 
 
-def _drop_weakest(chosen: dict[str, list[hx.Item]]) -> None:
-    key, item = min(((k, it) for k, items in chosen.items() for it in items),
-                    key=lambda pair: pair[1].priority * WEIGHTS.get(pair[0], 0.1))
+def _drop_weakest(chosen: dict[str, list[hx.Item]]) -> bool:
+    """Drop the chosen line worth least (never a mandatory one); False when none is left to drop."""
+    optional = [(k, it) for k, items in chosen.items() for it in items if not it.mandatory]
+    if not optional:
+        return False
+    key, item = min(optional, key=lambda pair: pair[1].priority * WEIGHTS.get(pair[0], 0.1))
     chosen[key].remove(item)
     if not chosen[key]:
         del chosen[key]
+    return True
 
 
 def _title(key: str, zh: bool) -> str:
@@ -747,46 +874,63 @@ def _id_list(source_id: str, dropped: Sequence[int], earlier: Sequence[str]) -> 
     return ", ".join(f'"{i}"' for i in (ids, *earlier))
 
 
-def _marker(source_id: str, dropped: Sequence[int], total: int, earlier: Sequence[str], zh: bool) -> str:
+def _marker(source_id: str, dropped: Sequence[int], total: int, earlier: Sequence[str], zh: bool,
+            expand_tool: str | None = EXPAND_TOOL, letters: Sequence[tuple[str, str, int]] = ()) -> str:
+    """The summary's first line: which messages it replaces, the ids that give them back (through
+    `expand_tool`, or just listed when the caller offers no such tool), and what a citation means:
+    `mN` is message N of this history (the first id listed), a letter of `letters` message N of an
+    earlier history (an example names its source)."""
     first, last = dropped[0], dropped[-1]
     ids = _id_list(source_id, dropped, earlier)
+    is_id = "即 id" if zh else "is id"
+    if earlier:  # several sources listed: `mN` numbers the first one's messages
+        names = "mN 即第一个 id 的后缀 -000N" if zh else "mN is the first id's suffix -000N"
+    else:
+        names = "mN 即 id 后缀 -000N" if zh else "mN is id suffix -000N"
+    names = "; ".join([names, *(f'{letter}{n} {is_id} "{chunk_id(source, n)}"'
+                                for letter, source, n in letters)])
     if zh:
-        return (f"{SUMMARY_MARK} 以下是 m{first}–m{last}（共 {total} 条）的摘要。"
-                f"原文：expand_context(ids=[{ids}])；mN 即 id 后缀 -000N。")
-    return (f"{SUMMARY_MARK} Summary of m{first}–m{last} (of {total}). "
-            f"Originals: expand_context(ids=[{ids}]); mN is id suffix -000N.")
+        how = f"原文：{expand_tool}(ids=[{ids}])" if expand_tool else f"原文存于 ids [{ids}]"
+        return f"{SUMMARY_MARK} 以下是 m{first}–m{last}（共 {total} 条）的摘要。{how}；{names}。"
+    how = f"Originals: {expand_tool}(ids=[{ids}])" if expand_tool else f"Originals stored under ids [{ids}]"
+    return f"{SUMMARY_MARK} Summary of m{first}–m{last} (of {total}). {how}; {names}."
 
 
-def short_marker(source_id: str, dropped: Sequence[int]) -> str:
-    """The smallest summary (within MIN_SUMMARY_TOKENS): which messages went, and their ids."""
-    return (f"{SUMMARY_MARK} m{dropped[0]}–m{dropped[-1]} compacted: "
-            f"expand_context([{_id_list(source_id, dropped, ())}])")
-
-
-_EXPAND_CALL = regex.compile(r"expand_context\((?:ids=)?\[([^\]]*)\]")
+def short_marker(source_id: str, dropped: Sequence[int], expand_tool: str | None = EXPAND_TOOL) -> str:
+    """The smallest summary (within MIN_SUMMARY_TOKENS): which messages went, and their ids (`mN`
+    numbers the listed source's messages; a tight summary's carried lines cite the earlier summary
+    they come from, one of them, so no other letter needs a definition)."""
+    ids = _id_list(source_id, dropped, ())
+    how = f": {expand_tool}([{ids}])" if expand_tool else f"; originals stored under ids [{ids}]"
+    return f"{SUMMARY_MARK} m{dropped[0]}–m{dropped[-1]} compacted{how}"
 
 
 def earlier_ids(history: hx.History, dropped: Sequence[int]) -> list[str]:
-    """The ids earlier summaries in the dropped range point to (the way back to the oldest messages)."""
+    """The ids earlier summaries in the dropped range point to (the way back to the oldest
+    messages), whatever tool their markers named, or none."""
     found: list[str] = []
     for i in dropped:
         if history.kinds[i] == "summary":
-            match = _EXPAND_CALL.search(history.messages[i].content.split("\n", 1)[0])
-            if match:
-                found.extend(regex.findall(r'"([^"]+)"', match.group(1)))
+            found.extend(hx.marker_ids(history.messages[i].content))
     return list(dict.fromkeys(found))
 
 
 def _metadata(original: int, compressed: int, quality: float, role: str, zh: bool,
-              tight: bool = False) -> str:
+              tight: bool = False, chars: tuple[int, int] | None = None) -> str:
+    """The metadata block: tokens (and `chars`: characters) before and after, their ratio, the
+    quality score (`validate.loss`'s retention) and the role; `tight`: its one-line form for the
+    marker line of a summary under a tight allowance (tokens only)."""
     ratio = compressed / original if original else 0.0
-    if tight:  # one line after the marker
+    before, after = chars or (0, 0)
+    if tight:  # one line after the marker, without the characters (every token counts there)
         return f"({original}→{compressed} tokens, ratio {ratio:.2f}, quality {quality:.2f}, role {role})"
     if zh:
-        return (f"## 压缩元信息\n- 原始 {original} tokens → 压缩后 {compressed}（比例 {ratio:.2f}）；"
+        size = f"，{before}→{after} 字符" if chars else ""
+        return (f"## 压缩元信息\n- 原始 {original} tokens → 压缩后 {compressed}（比例 {ratio:.2f}）{size}；"
                 f"质量分数 {quality:.2f}；角色 {role}")
-    return (f"## Compression Metadata\n- Original {original} tokens → {compressed} (ratio {ratio:.2f}); "
-            f"quality score {quality:.2f}; role: {role}")
+    size = f"; {before}→{after} chars" if chars else ""
+    return (f"## Compression Metadata\n- Original {original} tokens → {compressed} "
+            f"(ratio {ratio:.2f}){size}; quality score {quality:.2f}; role: {role}")
 
 
 def _frame(marker: str, body: str, metadata: str, tight: bool) -> str:
@@ -844,10 +988,67 @@ def quality_score(history: hx.History, dropped: Sequence[int], text: str, kept_t
     return found / total
 
 
-def _next_step_items(history: hx.History, dropped: Sequence[int], tail: Sequence[int]) -> list[hx.Item]:
-    """The latest user instruction quoted verbatim (when it is not kept verbatim in the tail)."""
+def request_items(asked: Sequence[hx.Request], first_kept: bool, allowance: int, counter: TokenCounter,
+                  zh: bool = False) -> tuple[list[hx.Item], frozenset[int]]:
+    """The request lines that open Primary Request and Intent, and the user messages they quote.
+
+    The current request (the person's latest turn, when it is summarised) is quoted in full
+    whenever it takes at most half the summary's allowance, and the first request (the task
+    statement, when it is summarised too) in full when it fits in what the current one leaves of
+    that half: such a line is mandatory, never shortened and never dropped. A current request over
+    its half is quoted from its start, as much as an eighth of the allowance holds (mandatory too,
+    every summary saying what is being worked on, but under a tight allowance, where the values the
+    next turns need come first); a first request over what is left is an ordinary candidate. When
+    the first request is kept verbatim before the summary, a line says so (not under a tight
+    allowance)."""
+    half = allowance // 2
+    items: list[hx.Item] = []
+    covered = {r.index for r in asked if not r.carried}  # user turns (a carried one: its summary)
+    for rank, request in enumerate(asked):
+        label = hx.REQUEST_LABELS[request.which][1 if zh else 0]
+        opening = f"{label} ({request.cite}): "
+        line = opening + hx.quoted(request.text)
+        cost = counter.count(f"- {line}\n")
+        order = -3 + rank  # the current request first
+        if cost <= half:
+            items.append(hx.Item(line, (request.index,), 4.0, order, mandatory=True,
+                                 short=_request_lead(opening, request.text, half // 2, counter)))
+            half -= cost
+        elif request.which == "current":
+            room = min(half, max(MIN_SUMMARY_TOKENS, allowance // 8))
+            shortened = _request_lead(opening, request.text, room, counter)
+            items.append(hx.Item(shortened, (request.index,), 4.0, order, mandatory=allowance >= TIGHT,
+                                 short=_request_lead(opening, request.text, room // 2, counter)))
+            half -= counter.count(f"- {shortened}\n")
+        else:
+            items.append(hx.Item(line, (request.index,), 3.0, order,
+                                 short=_request_lead(opening, request.text, 160, counter)))
+    if first_kept and allowance >= TIGHT:  # a tight room is left to values (the request is above)
+        kept = "原始请求原文保留在上方。" if zh else "The original request is kept verbatim above."
+        items.append(hx.Item(kept, (), 0.2, -1, mandatory=True))
+    return items, frozenset(covered)
+
+
+def _request_lead(opening: str, text: str, tokens: int, counter: TokenCounter) -> str:
+    """A request line quoting the start of `text`, within about `tokens` tokens (an ellipsis where
+    it is cut)."""
+    room = max(8, tokens - counter.count(f"- {opening}\"\"\n") - 2)
+    flat = " ".join(text.split())
+    ids = counter.encode(flat)
+    if len(ids) <= room:
+        return f'{opening}"{flat}"'
+    cut = counter.encoding.decode_bytes(ids[:room]).decode("utf-8", "ignore")
+    space = cut.rfind(" ")
+    cut = cut[:space] if space > len(cut) // 2 else cut
+    return f'{opening}"{cut.rstrip()} …"'
+
+
+def _next_step_items(history: hx.History, dropped: Sequence[int], tail: Sequence[int],
+                     covered: frozenset[int] = frozenset()) -> list[hx.Item]:
+    """The latest user instruction quoted verbatim (when it is not kept verbatim in the tail, nor
+    quoted by a request line: `covered`)."""
     users = history.user_turns(dropped)
-    if not users or any(history.kinds[i] == "user" for i in tail):
+    if not users or any(history.kinds[i] == "user" for i in tail) or users[-1] in covered:
         return []
     i = users[-1]
     text = history.messages[i].content.strip()
@@ -894,6 +1095,11 @@ def _with_reduced(history: hx.History, source: Source, dropped: Sequence[int]) -
         return history
     return hx.History([replace(m, content=swap[i]) if i in swap else m
                        for i, m in enumerate(history.messages)])
+
+
+def message_chars(message: Message) -> int:
+    """A message's characters as it is sent: its text and its tool calls' names and arguments."""
+    return len(message.content) + sum(len(c.name) + len(c.arguments) for c in calls(message))
 
 
 def _message_segment(source: Source, index: int, message: Message, cost: int) -> Segment:

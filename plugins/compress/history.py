@@ -12,20 +12,23 @@ SEARCH/REPLACE blocks) and on Chinese as well as English text.
 from __future__ import annotations
 
 import functools
+import importlib.resources
 import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import cast
 
 import regex
 
 from compactor.document import Message
+from compactor.formats.clearing import is_tiered, output_indices
 from compactor.formats.compaction import SUMMARY_MARK
 from compactor.formats.messages import ToolCall, answers, calls, speaker
 from compactor.text.sentences import split_sentences
-from compactor.text.terms import terms
+from compactor.text.terms import stopwords, terms
 
 # -- patterns --------------------------------------------------------------------------------------
 
@@ -130,6 +133,11 @@ _IDENT = re.compile(
     r"[A-Za-z]+\d+[A-Za-z0-9]*|\d+[A-Za-z]+[A-Za-z0-9]*|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*){1,4}(?:\(\))?|"
     r"[A-Z]{2,}[A-Z0-9]*)\b")
 _NUMBER = re.compile(r"[\d.,:+ -]+")
+#: A number and nothing else (a count, an amount, a line or issue number): no term without its label.
+#: Dates, times and versions have a shape of their own and are not bare.
+_BARE_NUMBER = re.compile(r"[+-]?\d[\d,]*(?:\.\d+)?%?")
+#: A JSON key a bare number is shown under (`amount=150`): a name, not a record's id.
+_LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z_-]{0,30}")
 _WORDS = regex.compile(r"[\w@.+-]*\w")
 WORD_RUN = regex.compile(r"\w+")
 _STOP_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "ok", "the", "and", "available",
@@ -166,7 +174,9 @@ class History:
     def __init__(self, messages: Sequence[Message]) -> None:
         self.messages = list(messages)
         n = len(self.messages)
-        self.kinds: list[str] = [self._kind(i) for i in range(n)]
+        self.kinds: list[str] = []
+        for i in range(n):  # in order: a message's kind may depend on the one before
+            self.kinds.append(self._kind(i))
         self.speakers = [speaker(m) for m in self.messages]
         self.actions: list[Action] = []
         self.by_message: dict[int, list[Action]] = defaultdict(list)
@@ -184,14 +194,18 @@ class History:
         message = self.messages[i]
         if message.role in ("system", "developer"):
             return "system"
-        if message.content.startswith(SUMMARY_MARK) and "expand_context(" in message.content[:400]:
+        if is_summary(message.content):
             return "summary"  # an earlier compaction: its sections are carried, not quoted
-        if answers(message) is not None:
+        if answers(message) is not None or is_tiered(message):  # a result, or one cleared to a stub
             return "output"
         if message.role == "user":
             if message.raw.get("is_demo") if message.raw else False:
                 return "output"
-            if i > 0 and self._acted(i - 1) and _OBSERVATION.search(message.content[:3000]):
+            # an observation answers an agent's command just before it, or one an earlier summary
+            # replaced (a system prompt's examples are no command: the task after it is a request)
+            before = self.kinds[i - 1] if i > 0 else None
+            if ((before == "summary" or (before == "assistant" and self._acted(i - 1)))
+                    and _OBSERVATION.search(message.content[:3000])):
                 return "output"
             return "user"
         return "assistant"  # assistants, named agents, and any other role that acts
@@ -425,7 +439,8 @@ def _trim(text: str, limit: int) -> str:
 
 @dataclass(slots=True)
 class Item:
-    """One candidate line of a section: full and short renderings, the messages it cites, its value."""
+    """One candidate line of a section: full and short renderings, the messages it cites, its value.
+    A `mandatory` line (the request being worked on) is in every summary, as it is."""
 
     text: str
     messages: tuple[int, ...]
@@ -433,6 +448,7 @@ class Item:
     order: float
     short: str | None = None
     inline: bool = False
+    mandatory: bool = False
 
 
 def sentences_of(text: str, limit: int = 60) -> list[str]:
@@ -473,22 +489,13 @@ def quote(text: str) -> str:
     return "\n".join(f"  > {line}" if line.strip() else "  >" for line in lines)
 
 
-def primary_items(history: History, dropped: Sequence[int], head: Sequence[int]) -> list[Item]:
-    """The first user request (when it is not kept verbatim) and the requirement sentences of later
-    user messages that change or extend it."""
-    users = history.user_turns(range(len(history.messages)))
+def primary_items(history: History, dropped: Sequence[int], covered: Iterable[int] = ()) -> list[Item]:
+    """The requirement sentences of the dropped user messages that change or extend the request
+    (the requests themselves, `covered`, are quoted by `requests`' lines)."""
     items: list[Item] = []
-    if not users:
-        return items
-    first = users[0]
-    text = history.messages[first].content
-    if first in head:
-        items.append(Item(f"The original request (m{first}) is kept verbatim above.", (first,), 0.2, first))
-    elif first in dropped:
-        items.append(Item(f"{history.label(first)}(m{first})\n{quote(text)}", (first,), 3.0, first,
-                          short=f"{history.label(first)}(m{first}) {lead(text, 600)}"))
-    for i in users[1:]:
-        if i not in dropped:
+    skip = set(covered)
+    for i in history.user_turns(dropped):
+        if i in skip:
             continue
         for sentence in sentences_of(history.messages[i].content, 8):
             if _REQUEST.search(sentence):
@@ -499,9 +506,11 @@ def primary_items(history: History, dropped: Sequence[int], head: Sequence[int])
     return items
 
 
-def user_items(history: History, dropped: Sequence[int]) -> list[Item]:
-    """Every dropped user message verbatim; the first and the latest rank highest."""
-    users = history.user_turns(dropped)
+def user_items(history: History, dropped: Sequence[int], covered: Iterable[int] = ()) -> list[Item]:
+    """Every dropped user message verbatim (but those a request line quotes, `covered`); the first
+    and the latest rank highest."""
+    skip = set(covered)
+    users = [i for i in history.user_turns(dropped) if i not in skip]
     items = []
     for rank, i in enumerate(users):
         text = history.messages[i].content.strip()
@@ -618,9 +627,11 @@ def _merge_paths(paths: set[str]) -> dict[str, str]:
     return canonical
 
 
-def error_items(history: History, dropped: Sequence[int]) -> list[Item]:
+def error_items(history: History, dropped: Sequence[int], covered: Iterable[int] = ()) -> list[Item]:
     """Failures of the dropped turns, each with the command, the error, the change that followed and
-    whether a later run of the same command succeeded."""
+    whether a later run of the same command succeeded (and errors people reported, but in the
+    requests a request line quotes: `covered`)."""
+    skip = set(covered)
     dropped_set = set(dropped)
     actions = [a for a in history.actions if a.index in dropped_set]
     items: list[Item] = []
@@ -652,7 +663,7 @@ def error_items(history: History, dropped: Sequence[int]) -> list[Item]:
         seen[key] = item
         items.append(item)
     for i in dropped:  # errors that people report in words
-        if history.kinds[i] == "user":
+        if history.kinds[i] == "user" and i not in skip:
             for sentence in sentences_of(history.messages[i].content, 12):
                 if _ERROR_LINE.search(sentence) and len(sentence) < 400:
                     items.append(Item(f"{history.label(i)}reported: {sentence} (m{i})", (i,), 1.4 + i / n, i,
@@ -705,12 +716,14 @@ def reasoning_items(history: History, dropped: Sequence[int], exclude: set[str])
 PENDING_SCOPE = 200
 
 
-def pending_items(history: History, dropped: Sequence[int], later: Sequence[int]) -> list[Item]:
+def pending_items(history: History, dropped: Sequence[int], later: Sequence[int],
+                  covered: Iterable[int] = ()) -> list[Item]:
     """Open tasks: unchecked boxes, TODOs, stated next steps and plan steps, minus what later
-    messages report done."""
+    messages report done (none read from the requests a request line quotes: `covered`)."""
     n = max(1, len(history.messages))
     candidates: list[tuple[int, str]] = []
-    people = [i for i in dropped if history.kinds[i] in ("assistant", "user")]
+    skip = set(covered)
+    people = [i for i in dropped if history.kinds[i] in ("assistant", "user") and i not in skip]
     for i in people[-PENDING_SCOPE:]:  # tasks older than that were done or dropped long ago
         text = _FENCE.sub(" ", history.messages[i].content)
         plan = _PLAN_HEAD.search(text) is not None
@@ -748,10 +761,13 @@ def pending_items(history: History, dropped: Sequence[int], later: Sequence[int]
     return items
 
 
-def current_items(history: History, dropped: Sequence[int], turns: int = 3) -> list[Item]:
-    """What the dropped part ended with: the last assistant statements, actions and their outcome."""
+def current_items(history: History, dropped: Sequence[int], turns: int = 3,
+                  covered: Iterable[int] = ()) -> list[Item]:
+    """What the dropped part ended with: the last assistant statements, actions and their outcome
+    (a request a request line quotes, `covered`, is not repeated)."""
     items: list[Item] = []
-    recent = [i for i in dropped if history.kinds[i] in ("assistant", "user")][-turns:]
+    skip = set(covered)
+    recent = [i for i in dropped if history.kinds[i] in ("assistant", "user") and i not in skip][-turns:]
     for rank, i in enumerate(recent):
         message = history.messages[i]
         said = sentences_of(message.content, 3)
@@ -832,6 +848,13 @@ def identifier_scores(history: History, dropped: Sequence[int]) -> list[tuple[st
     parts = [(i, part) for i in dropped if history.kinds[i] not in ("system", "summary")
              for part in _message_values(history, i)]  # a summary's identifiers come back as carried lines
     structured = {v.lower() for _, (_, found, _, is_json) in parts if is_json for v in found}
+    # a bare number is no value on its own: it counts for the labelled values that hold it
+    # (a person's "80202" for the tool's `zip=80202`), and is left out when none does
+    holders: dict[str, list[str]] = defaultdict(list)
+    for value in sorted({v for _, (_, found, _, is_json) in parts if is_json for v in found}):
+        number = number_of(value)
+        if number:
+            holders[number].append(value)
     seen: dict[str, Counter[str]] = defaultdict(Counter)  # messages per kind of evidence
     where: dict[str, list[int]] = defaultdict(list)
     display: dict[str, str] = {}
@@ -839,16 +862,20 @@ def identifier_scores(history: History, dropped: Sequence[int]) -> list[tuple[st
         if structured and prose:  # a word of prose that a tool returned as a value
             found = {**found, **{w: "" for w in _WORDS.findall(prose) if w.lower() in structured}}
         for token in sorted(found):  # sorted: the same output in every process
-            key = value_key(token)
-            display.setdefault(key, token)
             evidence = found[token] if label == "output" and found[token] else label
-            seen[key][evidence] += 1
-            if i not in where[key]:
-                where[key].append(i)
+            for value in holders.get(token, ()) if _BARE_NUMBER.fullmatch(token) else (token,):
+                key = value_key(value)
+                display.setdefault(key, value)
+                seen[key][evidence] += 1
+                if i not in where[key]:
+                    where[key].append(i)
     n = max(1, len(history.messages))
     ranked = []
     for key, count in seen.items():
-        if len(key) < 3 or key.lower() in _STOP_VALUES:
+        # a labelled number is as short as its number (`seats=4` is no value to keep)
+        if len(key.partition("=")[2] or key) < 3 or key.lower() in _STOP_VALUES:
+            continue
+        if not is_term(display[key], tool_values(history) if display[key].isupper() else frozenset()):
             continue
         miss = 1.0  # the chance that no evidence is right, each kind taken as independent
         for evidence, chance in _EVIDENCE.items():
@@ -901,6 +928,8 @@ _MONEY = regex.compile(r"[$€£¥]\s?\d|\d\s?(?:USD|EUR|GBP|元|美元)$")
 def _shape_weight(token: str) -> float:
     """How much a value says on its own: codes, ids, dates and emails fully; short capitals (codes
     such as airports or tickers) nearly; names less; plain words and bare numbers little."""
+    if number_of(token):  # a labelled number (`amount=150`): a number still
+        return 0.35
     if _CODE_SHAPE.search(token):
         return 1.0
     if _NUMBER.fullmatch(token) or _MONEY.search(token):
@@ -925,26 +954,74 @@ def json_fields(text: str) -> list[tuple[str, str]] | None:
     except ValueError:
         return None
     found: list[tuple[str, str]] = []
-    stack: list[tuple[object, str]] = [(data, "")]
+    stack: list[tuple[object, str, str]] = [(data, "", "")]  # (item, place, the key it is under)
     while stack and len(found) < 2000:
-        item, place = stack.pop()
+        item, place, key = stack.pop()
         if isinstance(item, dict):
             for k, v in item.items():
                 if isinstance(v, dict) and _DATA_KEY.search(k) and 2 <= len(k) <= 40:
                     found.append((k, "member"))
-                stack.append((v, "ref" if _ID_KEY.search(k) else ""))
+                stack.append((v, "ref" if _ID_KEY.search(k) else "", k))
         elif isinstance(item, list):
             scalars = all(isinstance(v, str) for v in item)
-            stack.extend((v, "member" if scalars else place) for v in item)
+            stack.extend((v, "member" if scalars else place, key) for v in item)
         elif isinstance(item, str):
             value = item.strip()
             if 2 <= len(value) <= 40 and len(value.split()) <= 3:
-                found.append((value, place))
+                found.append((labelled(key, value), place))
             elif len(value) > 40:
                 found.extend((v, "") for v in _identifiers(value, prose=False))
         elif isinstance(item, int | float) and not isinstance(item, bool) and abs(item) >= 10:
-            found.append((str(item), place))
+            found.append((labelled(key, str(item)), place))
     return found
+
+
+def number_of(value: str) -> str | None:
+    """The number of a labelled number (`amount=150` -> `150`), None for any other value."""
+    number = value.partition("=")[2]
+    return number if number and _BARE_NUMBER.fullmatch(number) else None
+
+
+def labelled(key: str, value: str) -> str:
+    """A bare number with the name it is under (`amount=150`, as tool calls are shown in the
+    summary's lines), so it says what it is; any other value as it is."""
+    if _BARE_NUMBER.fullmatch(value) and _LABEL_KEY.fullmatch(key):
+        return f"{key}={value}"
+    return value
+
+
+def is_term(token: str, values: AbstractSet[str] = frozenset()) -> bool:
+    """Whether a value can stand in Key Technical Concepts on its own: not a bare number (it says
+    nothing without its label) and not an English word written in capitals (the emphasis of
+    prompt templates: ONLY, MUST, AVOID) unless a tool took or returned it as a value (`values`:
+    an airport SEA in a flight's record). A capitalised word that English text writes only
+    capitalised (FRANCE, GPL) and any capitals with a digit or underscore stay terms."""
+    if (token[:1].isdigit() or token[:1] in "+-") and _BARE_NUMBER.fullmatch(token):
+        return False
+    return not (token.isupper() and token.isalpha() and token.lower() in english_words()
+                and token not in values)
+
+
+def tool_values(history: History) -> frozenset[str]:
+    """Every value the tools of a history took or returned in structured form (the JSON of tool
+    calls and results, `json_fields`), computed once per history."""
+    cache_key = ("tool values",)
+    if cache_key not in history.cache:
+        history.cache[cache_key] = frozenset(
+            value for i, kind in enumerate(history.kinds) if kind not in ("system", "summary")
+            for _, found, _, is_json in _message_values(history, i) if is_json for value in found)
+    return cast("frozenset[str]", history.cache[cache_key])
+
+
+@functools.lru_cache(maxsize=1)
+def english_words() -> frozenset[str]:
+    """Common English words: the shipped stop words, and the words that the sentence splitter's
+    English model (`compactor.text` data, counted over news and Wikipedia text) saw written in
+    lower case (names and acronyms it saw only capitalised are not among them)."""
+    resource = importlib.resources.files("compactor.text") / "data" / "punkt_en.json"
+    ortho = json.loads(resource.read_text(encoding="utf-8"))["ortho_context"]
+    lower_case = 16 | 32 | 64  # punkt's flags: seen in lower case first, inside, or unknown
+    return stopwords("en") | frozenset(word for word, flags in ortho.items() if int(flags) & lower_case)
 
 
 def json_values(text: str) -> list[str] | None:
@@ -953,22 +1030,73 @@ def json_values(text: str) -> list[str] | None:
     return None if fields is None else [value for value, _ in fields]
 
 
+#: A reference to a stored original (`3f2a9c0d1e2b4a56-0007`, `..0012`): a way back, not a term.
+_CHUNK_REF = regex.compile(r"\b[0-9a-f]{8,64}-\d{4,}(?:\.\.\d{4,})?\b")
+
+
 def _identifiers(text: str, prose: bool) -> list[str]:
     found = []
+    if "-" in text:
+        text = _CHUNK_REF.sub(" ", text)
     for match in _IDENT.finditer(text):
         group = match.lastindex or 0
         token = match.group(group).strip().rstrip(".,:;")
         if not token or token.upper() in _COMMON_CAPS or token.lower() in _COMMON_DOTTED:
             continue
+        if token[0].isdigit() and _BARE_NUMBER.fullmatch(token):  # (`identifier_scores` may label it)
+            continue
         if group == 5 and "." in token and PATH.fullmatch(token):
             continue
-        if group == 1 and (len(token.split()) > 4 or PATH.fullmatch(token)):
+        if group == 1 and (len(token.split()) > 4 or PATH.fullmatch(token) or not _code_span(token)):
             continue
         found.append(token)
     if prose:
         prose_text = _FENCE.sub(" ", text)
         found.extend(m.group(0) for m in _PROSE_NUMBER.finditer(prose_text))
     return found
+
+
+#: What code has and prose has not: brackets, operators, quotes, dots and underscores inside words.
+_CODE_MARK = regex.compile(r"[()\[\]{}=<>+*/|&%$#@\\'\"_~^]|\w[.:]\w|\d|^-")
+_OPENERS, _CLOSERS = "([{", ")]}"
+
+
+def _code_span(token: str) -> bool:
+    """Whether the text between two backticks is code rather than the prose between two spans
+    (an odd backtick earlier in a message pairs a span's closing backtick with the next one's
+    opening: ". It seems", "is an argument to", ", is"). Code starts with no sentence punctuation
+    and no closing bracket, its brackets balance, and a span of several words shows some code."""
+    if token[0] in ".,;:!?" + _CLOSERS:
+        return False
+    depth = 0
+    for char in token:
+        if char in _OPENERS:
+            depth += 1
+        elif char in _CLOSERS:
+            depth -= 1
+            if depth < 0:
+                return False
+    if depth:
+        return False
+    return " " not in token or _CODE_MARK.search(token) is not None
+
+
+def split_values(line: str) -> list[str]:
+    """The values of a rendered list of values (`a, f(x, y), b`): split at the commas outside
+    brackets; empty pieces are no values."""
+    pieces: list[str] = []
+    depth = 0
+    start = 0
+    for at, char in enumerate(line):
+        if char in _OPENERS:
+            depth += 1
+        elif char in _CLOSERS:
+            depth = max(0, depth - 1)
+        elif char == "," and depth == 0 and line.startswith(", ", at):
+            pieces.append(line[start:at])
+            start = at + 2
+    pieces.append(line[start:])
+    return [piece.strip() for piece in pieces if piece.strip()]
 
 
 def tool_items(history: History, dropped: Sequence[int]) -> list[Item]:
@@ -1002,10 +1130,17 @@ def summary_sections(text: str) -> list[tuple[str, list[str]]]:
     return out
 
 
-def carried_items(history: History, dropped: Sequence[int], titles: dict[str, str]) -> dict[str, list[Item]]:
+def carried_items(history: History, dropped: Sequence[int], titles: dict[str, str],
+                  citations: Citations | None = None,
+                  quoted: Iterable[tuple[int, str]] = ()) -> dict[str, list[Item]]:
     """Lines of earlier summaries in the dropped range, per section (`titles` maps a heading to its
-    section key), so a compaction of a compacted history keeps what the first one kept. (Their
-    `mN` citations count in the earlier history, whose ids the new marker lists.)"""
+    section key), so a compaction of a compacted history keeps what the first one kept. Their
+    citations name the messages of the earlier history: `citations` rewrites them so that they
+    still do in the new summary. The request lines that `requests` quotes again (`quoted`: the
+    summary and the label) are left to it; a request that newer ones replaced goes on as an
+    earlier request."""
+    taken = set(quoted)
+    citations = citations or Citations(history, dropped, "")
     carried: dict[str, list[Item]] = defaultdict(list)
     n = max(1, len(history.messages))
     for i in dropped:
@@ -1016,11 +1151,255 @@ def carried_items(history: History, dropped: Sequence[int], titles: dict[str, st
             if key is None:
                 continue
             for rank, bullet in enumerate(b for b in bullets if "kept verbatim above" not in b):
+                priority = 0.8 + i / n - rank * 0.01
+                request = REQUEST_LINE.match(bullet)
+                if request:  # the current and first requests are quoted anew; an older one goes on
+                    which, cite, text = request.group(1, 2, 3)
+                    if (i, which) in taken:
+                        continue
+                    which = _EARLIER_LABELS[1] if which in _ZH_LABELS else _EARLIER_LABELS[0]
+                    cite = citations.rewrite(i, cite)
+                    carried[key].append(Item(f'{which} ({cite}): "{text}"', (i,), priority, i,
+                                             short=f"{which} ({cite}): {lead(unquote(text), 160)}"))
+                    continue
+                bullet = citations.rewrite(i, bullet)
                 inline = key == "concepts" and "\n" not in bullet and ", " in bullet
-                for piece in bullet.split(", ") if inline else [bullet]:
-                    carried[key].append(Item(piece, (i,), 0.8 + i / n - rank * 0.01, i, inline=inline,
+                for piece in split_values(bullet) if inline else [bullet]:
+                    if inline and _BARE_NUMBER.fullmatch(piece):  # (the earlier summary judged the rest)
+                        continue
+                    carried[key].append(Item(piece, (i,), priority, i, inline=inline,
                                              short=lead(piece, 160) if not inline else None))
     return carried
+
+
+_FILE_LINE = regex.compile(r"^`([^`\n]+)`: ")
+_CITED = r"(?:[a-z]\d+|[0-9a-f]{6,64}-\d{4,})"  # `m12`, `a7`, or a full id
+_EDITED = regex.compile(rf"\bedited ({_CITED}(?:, {_CITED})*)")
+
+
+def merge_file_lines(found: list[Item], carried: list[Item]) -> list[Item]:
+    """The carried lines of Files and Code Sections without the files this range has a line for:
+    that line tells the file's latest state, and takes the edits the carried line lists (`edited
+    a4, m7`), so a file has one line however often the history was compacted."""
+    mine = {match.group(1): item for item in found if (match := _FILE_LINE.match(item.text))}
+    kept = []
+    for item in carried:
+        match = _FILE_LINE.match(item.text)
+        target = mine.get(match.group(1)) if match else None
+        if target is None:
+            kept.append(item)
+            continue
+        edits = _EDITED.search(item.text)
+        if edits:
+            before = edits.group(1)
+            for line in ("text", "short"):
+                text = getattr(target, line)
+                if text is None:
+                    continue
+                head = _FILE_LINE.match(text)
+                end = head.end() if head else 0
+                if text.startswith("edited ", end):
+                    text = f"{text[:end]}edited {before}, {text[end + len('edited '):]}"
+                else:
+                    text = f"{text[:end]}edited {before}; {text[end:]}"
+                setattr(target, line, text)
+            target.messages = tuple(dict.fromkeys((*item.messages, *target.messages)))
+    return kept
+
+
+_TOOL_COUNT = regex.compile(r"([\w.-]+)(?: ×(\d+))?")
+
+
+def merge_tool_counts(tools: list[Item], carried: list[Item]) -> list[Item]:
+    """The carried values of Key Technical Concepts without the tools this range used too (`tools`:
+    `tool_items`): the counts add up in this range's value (`bash ×7`, not `bash ×3, bash ×4`)."""
+    mine = {match.group(1): (item, int(match.group(2) or 1))
+            for item in tools if (match := _TOOL_COUNT.fullmatch(item.text))}
+    kept = []
+    for item in carried:
+        match = _TOOL_COUNT.fullmatch(item.text) if item.inline else None
+        if match is None or match.group(1) not in mine:
+            kept.append(item)
+            continue
+        target, count = mine[match.group(1)]
+        count += int(match.group(2) or 1)
+        mine[match.group(1)] = (target, count)
+        target.text = f"{match.group(1)} ×{count}"
+    return kept
+
+
+# -- summaries: their markers, citations and request lines -----------------------------------------
+
+#: A chunk id in quotes (`"3f2a9c0d1e2b4a56-0012"`, or a range `..0040`), as markers list them.
+_QUOTED_ID = regex.compile(r'"([0-9a-f]{6,64})-(\d{4,})(?:\.\.(\d{4,}))?"')
+_BRACKETS = regex.compile(r"\[([^\]]*)\]")
+#: How a marker defines a citation letter: `m2 is id "<source>-0002"` (`m2 即 id ...` in Chinese).
+_DEFINES = regex.compile(r'(?<![\w-])([a-z])\d+ (?:is id|即 id) "([0-9a-f]{6,64})-\d{4,}"')
+#: A citation in a summary line: a letter and a message number (`m12`, `a7`).
+_CITATION = regex.compile(r"(?<![\w./@#$-])([a-z])(\d+)(?![\w-]|\.\d)")
+#: What a citation is never rewritten in: code (fenced or inline) and quoted requests.
+_VERBATIM = regex.compile(r"```.*?(?:```|\Z)|`[^`\n]*`|: \".*\"\s*\Z", regex.DOTALL)
+#: Letters for the messages of earlier histories (`m` is this history's).
+_LETTERS = "abcdefghijklnpqrstuvwxyz"
+
+
+def is_summary(content: str) -> bool:
+    """Whether a message is a summary compactor wrote: the mark, then ids on its first line."""
+    first = content[:1000].split("\n", 1)[0]
+    return content.startswith(SUMMARY_MARK) and _QUOTED_ID.search(first) is not None
+
+
+def marker_ids(content: str) -> list[str]:
+    """The ids a summary's marker lists (its own range first, then earlier summaries')."""
+    first = content[:2000].split("\n", 1)[0]
+    return [m.group(0).strip('"') for listed in _BRACKETS.findall(first) for m in _QUOTED_ID.finditer(listed)]
+
+
+def marker_letters(content: str) -> dict[str, str]:
+    """Citation letter -> the source id whose messages it numbers, as a summary's marker defines
+    them; a marker that defines none numbers its own source's messages `mN` (its first id)."""
+    first = content[:2000].split("\n", 1)[0]
+    letters = dict(_DEFINES.findall(first))
+    if "m" not in letters:
+        listed = marker_ids(content)
+        if listed:
+            letters["m"] = listed[0].rsplit("-", 1)[0]
+    return letters
+
+
+class Citations:
+    """How one summary names messages: `m12` is message 12 of this history (`<source>-0012`); a line
+    carried from an earlier summary cites the messages of that summary's own history, under a
+    letter of their own (`a7` is `<earlier source>-0007`), which the marker defines. Each citation
+    names one message, and the expand tool takes its id. `brief`: no letters (a tight summary has
+    no room to define them): a carried line cites the earlier summary it comes from, `mN` here."""
+
+    def __init__(self, history: History, dropped: Sequence[int], source_id: str, brief: bool = False) -> None:
+        self.source_id = source_id
+        self.brief = brief
+        self.letters: dict[str, str] = {}  # earlier source -> its letter here
+        self.given: dict[int, dict[str, str]] = {
+            i: marker_letters(history.messages[i].content) for i in dropped if history.kinds[i] == "summary"}
+
+    def rewrite(self, summary: int, text: str) -> str:
+        """A line of the earlier summary at `summary`, its citations in this summary's letters (a
+        full id when the letters run out); code and quoted requests are left as they are."""
+        given = self.given.get(summary)
+        if not given:
+            return text
+
+        def swap(match: regex.Match[str]) -> str:
+            source = given.get(match.group(1))
+            if source is None:
+                return match.group(0)
+            if self.brief:
+                return f"m{summary}"
+            letter = self.letter(source)
+            number = int(match.group(2))
+            return f"{letter}{number}" if letter else f"{source}-{number:04d}"
+
+        out, at = [], 0
+        for kept in _VERBATIM.finditer(text):
+            out.append(_CITATION.sub(swap, text[at:kept.start()]))
+            out.append(kept.group(0))
+            at = kept.end()
+        out.append(_CITATION.sub(swap, text[at:]))
+        return "".join(out)
+
+    def letter(self, source: str) -> str | None:
+        """The letter of a source's messages here (`m`: this history), None when none is left."""
+        if source == self.source_id:
+            return "m"
+        if source not in self.letters:
+            free = [c for c in _LETTERS if c not in self.letters.values()]
+            if not free:
+                return None
+            self.letters[source] = free[0]
+        return self.letters[source]
+
+    def defined(self, text: str) -> list[tuple[str, str, int]]:
+        """(letter, source, a number it cites) of the earlier histories' letters `text` uses."""
+        if not self.letters:
+            return []
+        sources = {letter: source for source, letter in self.letters.items()}
+        first: dict[str, int] = {}
+        for match in _CITATION.finditer(text):
+            if match.group(1) in sources:
+                first.setdefault(match.group(1), int(match.group(2)))
+        return [(letter, sources[letter], number) for letter, number in first.items()]
+
+
+SECTION_PRIMARY, SECTION_PRIMARY_ZH = "Primary Request and Intent", "主要请求和意图"
+#: The request lines of a summary: `Current request (m41): "..."` (the latest from the person),
+#: `First request (m1): "..."` (the task), `Earlier request (...)` (one that newer ones replaced).
+REQUEST_LABELS = {"current": ("Current request", "当前请求"), "first": ("First request", "最初请求")}
+_EARLIER_LABELS = ("Earlier request", "较早请求")
+_ZH_LABELS = ("当前请求", "最初请求", "较早请求")
+REQUEST_LINE = regex.compile(r"^(Current request|First request|Earlier request|当前请求|最初请求|较早请求) "
+                             r"\(([^()\n]*)\): \"(.*)\"\s*$", regex.DOTALL)
+
+
+def quoted(text: str) -> str:
+    """A request quoted in full within a list item: in double quotes, its later lines indented (so
+    no line of it reads as a heading or a new item; whitespace aside, the words are the original's)."""
+    lines = text.strip().split("\n")
+    return '"' + "\n".join([lines[0], *(f"  {line}" if line.strip() else "" for line in lines[1:])]) + '"'
+
+
+def unquote(text: str) -> str:
+    """The request a `quoted` text holds (its indentation undone)."""
+    return "\n".join(line[2:] if line.startswith("  ") else line for line in text.split("\n"))
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A request a summary has to quote: which one (`current`, `first`; while the history is read,
+    where it was found: a `turn`, or `carried` by an earlier summary), how it is cited, its text
+    (as written; a carried quote that was shortened stays so), and the message that holds it."""
+
+    which: str
+    cite: str
+    text: str
+    index: int
+    carried: str = ""  # the label an earlier summary quoted it under (`index`: that summary)
+
+
+def requests(history: History, dropped: Sequence[int], citations: Citations) -> tuple[list[Request], bool]:
+    """The requests the summary of `dropped` quotes: the latest from the person ("current": their
+    latest real turn, not tool output) when it is in the dropped range, and the first (the task
+    statement) when that is dropped too; either may be a request an earlier summary in the range
+    quoted. Also whether the first request is kept verbatim before the summary."""
+    dropped_set = set(dropped)
+    # what answers an agent's command is no request, even without an observation's marks (a text
+    # agent's harness replying "provide exactly one action"): the plan's reading, `output_indices`
+    answering = set(output_indices(history.messages))
+    seen: list[tuple[Request, bool]] = []  # every request in order, and whether it is dropped
+    for i, kind in enumerate(history.kinds):
+        content = history.messages[i].content
+        if kind == "user" and content.strip() and i not in answering:
+            seen.append((Request("turn", f"m{i}", content.strip(), i), i in dropped_set))
+        elif kind == "summary":  # the requests it quoted, the first before the current
+            found = sorted((match for title, bullets in summary_sections(content)
+                            if title in (SECTION_PRIMARY, SECTION_PRIMARY_ZH)
+                            for match in map(REQUEST_LINE.match, bullets)
+                            if match and match.group(1) not in _EARLIER_LABELS),
+                           key=lambda match: match.group(1) not in REQUEST_LABELS["first"])
+            for match in found:
+                cite = citations.rewrite(i, match.group(2)) if i in dropped_set else match.group(2)
+                seen.append((Request("carried", cite, unquote(match.group(3)), i, match.group(1)),
+                             i in dropped_set))
+    if not seen:
+        return [], False
+    chosen: list[Request] = []
+    latest, latest_dropped = seen[-1]
+    if latest_dropped:
+        chosen.append(Request("current", latest.cite, latest.text, latest.index, latest.carried))
+    first, first_dropped = seen[0]
+    if len(seen) > 1 and first_dropped:
+        chosen.append(Request("first", first.cite, first.text, first.index, first.carried))
+    kept_before = (first.which == "turn" and bool(dropped) and first.index < dropped[0])
+    return chosen, kept_before
+
 
 
 def _after_spaces(text: str, end: int) -> int:
