@@ -258,7 +258,9 @@ def test_multi_role_lines_say_who_and_role_filter_writes_a_handoff() -> None:
     handoff = compactor.compact_messages(history, budget, keep_last=1, role="tester")
     text = handoff.summary or ""
     assert "role: tester" in text
-    assert "[tester]" in text and "[coder]" not in text and "[planner]" not in text
+    # the tester's own runs lead; the coder's changes it has to test are there too, the plans are not
+    assert "[tester]" in text and text != summary
+    assert text.count("[tester]") > max(text.count("[coder]"), text.count("[planner]"))
     assert "AssertionError: header_" in text
 
 

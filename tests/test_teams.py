@@ -315,3 +315,77 @@ def test_unknown_roles_are_matched_as_speakers() -> None:
     assert result.weights[4] > result.weights[6]  # a task handed over ranks above its own chatter
     absent = handoff(history, range(1, 7), "illustrator")  # nobody of that name: the people's messages
     assert absent.speakers == frozenset() and absent.visible == [1] and absent.pending == []
+
+
+# -- role= in a compaction ---------------------------------------------------------------------------
+
+
+def _section(summary: str, key: str, zh: bool) -> str:
+    """One section of a summary, heading to the next heading ('' when absent)."""
+    from compactor.plugins.compress.conversation import SECTIONS
+
+    title = next(z if zh else e for k, e, z in SECTIONS if k == key)
+    start = summary.find(f"## {title}\n")
+    if start < 0:
+        return ""
+    end = summary.find("\n## ", start + 1)
+    return summary[start:end if end >= 0 else len(summary)]
+
+
+_ZH_ROLES = {"coder": "编码员", "tester": "测试员", "reviewer": "审查员"}
+
+
+def _role_outputs(name: str) -> tuple[list[dict[str, Any]], int, dict[str, compactor.CompactedMessages]]:
+    messages = _load(name)
+    budget = int(0.35 * compactor.count_message_tokens(messages))
+    names = {"coder": "coder", "tester": "tester", "reviewer": "reviewer"}
+    if name == "team_zh.json":  # the roles asked by their Chinese names
+        names = _ZH_ROLES
+    return messages, budget, {key: compactor.compact_messages(messages, budget, role=role, keep_last=2)
+                              for key, role in names.items()}
+
+
+@pytest.mark.parametrize("name", TEAMS)
+def test_role_handoffs_at_35_percent_keep_what_each_role_needs(name: str) -> None:
+    messages, budget, outputs = _role_outputs(name)
+    en = name == "team_en.json"
+    summaries: dict[str, str] = {}
+    for key, out in outputs.items():
+        assert compactor.count_message_tokens(list(out)) <= budget
+        assert out.report["kind"] in AGENT_KINDS  # the agent template, never the people one
+        summary = next(m["content"] for m in out if m["content"].startswith("[compactor]"))
+        for section in ("primary", "concepts", "files", "problem"):
+            assert _section(summary, section, not en), (key, section)
+        assert (f"role: {key}" if en else f"角色 {_ZH_ROLES[key]}") in summary
+        summaries[key] = summary
+        text = "\n".join(m["content"] for m in out)
+        idents = (("CSV-142", "src/export/dates.py") if en
+                  else ("ORD-311", "ORD-312", "services/order_service.py"))
+        for ident in idents:
+            assert ident in text, (key, ident)
+    assert len(set(summaries.values())) == 3  # one handoff per role
+    # the coder: the failure it fixed, with the fix it made
+    fix = _find(messages, "Fixed format_timestamp()" if en else "已修复 services/order_service.py")
+    errors = _section(summaries["coder"], "errors", not en)
+    assert ("test_dst_gap" if en else "test_same_timestamp_pages") in errors and f"(m{fix})" in errors
+    # the tester: the regression test still to write, among its pending tasks
+    regression = _find(messages, "regression test for the DST fall-back" if en else "上线前请补一个回归用例")
+    pending = _section(summaries["tester"], "pending", not en)
+    assert ("DST fall-back" if en else "回归用例") in pending and f"(m{regression})" in pending
+    # the reviewer: the security review it was asked for
+    security = _find(messages, "SEC-77)" if en else "SEC-21）")
+    pending = _section(summaries["reviewer"], "pending", not en)
+    assert ("SEC-77" if en else "SEC-21") in pending and f"(m{security})" in pending
+    assert ("SEC-77" if en else "SEC-21") not in _section(summaries["tester"], "pending", not en)
+
+
+def test_role_handoff_from_the_command_line(tmp_path: Path) -> None:
+    from .helpers import run_cli
+
+    path = tmp_path / "team.json"
+    path.write_text(json.dumps(_load("team_en.json")), encoding="utf-8")
+    result = run_cli("conversation", str(path), "--budget", "800", "--keep-last", "2", "--role", "reviewer")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    summary = next(m["content"] for m in out if m["content"].startswith("[compactor]"))
+    assert "SEC-77" in _section(summary, "pending", False) and "role: reviewer" in summary

@@ -166,3 +166,55 @@ def test_an_empty_value_is_in_no_text() -> None:
 
     assert contains_value("", set(), "") is False
     assert contains_value("x = 1", {"x", "1"}, "") is False
+
+
+def _mini_histories(count: int) -> list[list[dict[str, Any]]]:
+    from .helpers import EVAL
+
+    path = EVAL / "agent-trajectories-mini-swe-agent-swebench" / "conversations.jsonl"
+    if not path.exists():
+        pytest.skip(f"no dev data at {path}")
+    with path.open(encoding="utf-8") as lines:
+        return [json.loads(line)["messages"] for line, _ in zip(lines, range(count), strict=False)]
+
+
+@pytest.mark.parametrize("ratio", [0.6, 0.9])
+def test_a_target_ratio_fills_90_to_100_percent_of_it(ratio: float) -> None:
+    # coding-agent histories whose summary alone says all it has in a fraction of the room: the
+    # latest turns kept verbatim fill the rest
+    for history in _mini_histories(4):
+        target = int(compactor.count_message_tokens(history) * ratio)
+        out = compactor.compact_messages(history, target_ratio=ratio)
+        sent = compactor.count_message_tokens(out)
+        assert 0.9 * target <= sent <= target, (sent, target)
+        assert out.summary  # still compacted: a summary and the originals behind it
+        plain = compactor.compact_messages(history, target)  # a budget is a ceiling, not a target
+        assert compactor.count_message_tokens(plain) <= sent
+
+
+def test_the_cli_target_ratio_fills_it(tmp_path: Path) -> None:
+    from .helpers import run_cli
+
+    history = _mini_histories(1)[0]
+    path = tmp_path / "history.json"
+    path.write_text(json.dumps(history), encoding="utf-8")
+    result = run_cli("conversation", str(path), "--target-ratio", "0.6")
+    assert result.returncode == 0, result.stderr
+    target = int(compactor.count_message_tokens(history) * 0.6)
+    assert 0.9 * target <= compactor.count_message_tokens(json.loads(result.stdout)) <= target
+
+
+def test_validate_ratio_min_fill_retries_an_under_filled_history() -> None:
+    from compactor.pipeline import Pipeline
+
+    history = _mini_histories(1)[0]
+    pipeline = Pipeline.from_string(
+        "version: 1\nname: fill\nsteps:\n  - use: chunk.messages\n  - use: compress.eight_segment\n"
+        "  - use: validate.ratio\n    with: {min_fill: 0.9}\noutput: {format: messages}\n")
+    target = int(compactor.count_message_tokens(history) * 0.6)
+    out = compactor.compact_messages(history, target, pipeline=pipeline)
+    ratio = [s for s in out.report["steps"] if s["step"] == "validate.ratio"]
+    details = ratio[-1]["details"]
+    attempts = details.get("attempts") or details.get("validate.ratio", {}).get("attempts")
+    assert attempts and attempts[0]["tokens"] < 0.9 * target  # the first output under-filled
+    assert 0.9 * target <= compactor.count_message_tokens(out) <= target  # the retry filled it

@@ -208,6 +208,8 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int | None =
     options = {"keep_last": keep_last, "role": role, "summary_role": summary_role,
                "llm": False, "kind": kind, "focus": focus, "keep_files": keep_files,
                "expand_tool": expand_tool}
+    if ratio is not None:  # a share of the history: fill it, not only stay under it
+        options["fill"] = True
     if compress_system is not None:
         options["compress_system"] = bool(compress_system)
     result = _summarise(source_items, room, runner, target, session_id, llm, options,

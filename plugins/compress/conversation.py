@@ -40,6 +40,7 @@ from compactor.hookspecs import hookimpl
 from compactor.llm.guard import Request, complete_guarded
 from compactor.plugins.compress import chat_summary as chat
 from compactor.plugins.compress import history as hx
+from compactor.plugins.compress import roles
 from compactor.plugins.compress.file_memory import recent_files, render_views
 from compactor.plugins.compress.kinds import AGENT_KINDS, detect_kind, session_dates
 from compactor.plugins.llm import fill, template_for
@@ -72,6 +73,11 @@ TIGHT = 400
 #: Chats and meetings: the share of the room the latest turns may take verbatim (the rest is chosen
 #: by value per token, whole short turns included, wherever they are in the history).
 PEOPLE_TAIL_SHARE = 0.2
+#: A target ratio's output fills at least this share of its budget (`fill: true`; a retry of
+#: `validate.ratio` asks for its own `min_fill`), by keeping more of the latest turns verbatim: the
+#: tail's share of the room is raised step by step.
+DEFAULT_FILL = 0.9
+FILL_TAIL_SHARES = (0.6, 0.7, 0.8, 0.9, 1.0)
 #: The metadata's quality (validate.loss retention) reads every message of a history up to this many
 #: characters (about 40k tokens), and an even sample of about `QUALITY_SAMPLE_CHARS` of a longer one.
 QUALITY_EXACT_CHARS = 160_000
@@ -168,6 +174,8 @@ class EightSegment(Component):
         share = float(given.share if given is not None else self.share)
         budget = context.resolved_budget()
         options["budget_share"] = share  # applied in `compact`, to the room the system prompt leaves
+        if given is not None and given.fill:  # a retry of validate.ratio: fill at least this share
+            options["fill"] = float(given.fill)
         plans: dict[str, Any] = {}
         segments: list[Segment] = []
         for source in context.sources:
@@ -274,6 +282,11 @@ class EightSegment(Component):
                         >= _readable(history, scope, draft, plan)):
                     plan, draft = verbatim, alternative
                     data.update(plan_dict(plan))
+        want = _fill_share(options.get("fill"))
+        if want and not people and not pinned:
+            plan, draft = self._filled(history, source, plan, draft, costs, counter, limit, want, settings,
+                                       saved, role, weights, focus, {**frame, "summary_role": summary_role})
+            data.update(plan_dict(plan))
         use_llm = bool(options.get("llm", self.llm))
         if use_llm:
             kept = "\n".join(messages[i].content for i in (*plan.head, *plan.tail))
@@ -301,6 +314,41 @@ class EightSegment(Component):
                                      metadata=frozen_mapping({"section": key, "summary": True})))
         parts.extend(_message_segment(source, i, messages[i], costs[i]) for i in plan.tail)
         return data, parts
+
+    def _filled(self, history: hx.History, source: Source, plan: Plan, draft: Draft, costs: Sequence[int],
+                counter: TokenCounter, limit: int, want: float, settings: Mapping[str, Any], saved: int,
+                role: str | None, weights: Mapping[int, float], focus: frozenset[str],
+                frame: Mapping[str, Any]) -> tuple[Plan, Draft]:
+        """A target ratio asks for an output of `want` x `limit` tokens or more: when the summary of
+        everything between head and tail says all it has in less, more of the latest turns are kept
+        verbatim (the tail may take a growing share of the room) until the output reaches it; the
+        fullest plan within the limit wins when none does."""
+        summary_role = str(frame.get("summary_role") or self.summary_role)
+
+        def size(candidate: Plan, written: Draft) -> int:
+            return (candidate.original_tokens - saved - sum(costs[i] for i in candidate.dropped)
+                    + message_tokens(Message(role=summary_role, content=written.text), counter))
+
+        best, best_size = (plan, draft), size(plan, draft)
+        goal = want * limit
+        if best_size >= goal:
+            return best
+        everything = {**settings, "keep_last": len(history.messages)}
+        tried = {plan.tail}
+        for share in FILL_TAIL_SHARES:
+            candidate = plan_compaction(history.messages, costs, limit, tail_share=share, **everything)
+            if candidate.unchanged or candidate.tail in tried:
+                continue
+            tried.add(candidate.tail)
+            candidate = dataclasses.replace(candidate, original_tokens=candidate.original_tokens + saved)
+            written = self._draft(history, source, candidate, costs, counter, role, weights, focus,
+                                  frame=frame)
+            got = size(candidate, written)
+            if best_size < got <= limit:
+                best, best_size = (candidate, written), got
+            if best_size >= goal:
+                break
+        return best
 
     def _draft(self, history: hx.History, source: Source, plan: Plan, costs: Sequence[int],
                counter: TokenCounter, role: str | None, weights: Mapping[int, float] | None = None,
@@ -394,6 +442,11 @@ class EightSegment(Component):
         visible = [i for i in dropped if role is None or history.kinds[i] in ("user", "system")
                    or history.speakers[i] == role
                    or (history.kinds[i] == "output" and _answers_role(history, i, role))]
+        given = roles.handoff(history, dropped, role) if role is not None else None
+        if given is not None:  # what concerns the role, weighed by what it needs first
+            visible = sorted({*visible, *given.visible})
+            weights = {i: (weights or {}).get(i, 1.0) * given.weights.get(i, 1.0)
+                       for i in {*(weights or {}), *given.weights}}
         kept_text = hx.verbatim_text(history, (*head, *tail))
         tight = allowance < TIGHT
         citations = hx.Citations(history, dropped, source.id, brief=tight)
@@ -403,6 +456,8 @@ class EightSegment(Component):
         pools = self._candidates(history, visible, head, tail, kept_text, citations, covered, quoted)
         if requested:
             pools["primary"] = requested + pools.get("primary", [])
+        if given is not None:
+            _add_handoff(history, given, pools, set(tail))
         pools = reweigh(pools, weights or {}, focus)
         earlier = earlier_ids(history, dropped)[-MAX_EARLIER:]  # reachable through the dropped summary anyway
 
@@ -1068,6 +1123,51 @@ def _chinese(history: hx.History) -> bool:
             if size >= 20000:  # enough prose to tell
                 break
     return is_chinese(parts)
+
+
+def _fill_share(value: Any) -> float:
+    """The share of the budget an output must fill: `True` is `DEFAULT_FILL`, a number itself."""
+    if value is True:
+        return DEFAULT_FILL
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1:
+        return float(value)
+    return 0.0
+
+
+def _add_handoff(history: hx.History, given: roles.Handoff, pools: dict[str, list[hx.Item]],
+                 kept: set[int]) -> None:
+    """Lead Pending Tasks with the tasks handed to the role and Errors and fixes with the failures
+    that concern it, each with what diagnosed and fixed it; the lines the extractors found for the
+    same messages rank higher."""
+    pending = pools.setdefault("pending", [])
+    for i in given.pending:
+        if i in kept:
+            continue
+        task = given.tasks.get(i) or hx.lead(history.messages[i].content, 300)
+        pending[:] = [it for it in pending if it.messages != (i,)]
+        pools["current"] = [it for it in pools.get("current", []) if it.messages != (i,)]
+        pending.append(hx.Item(f"{history.label(i)}{task} (m{i})", (i,), 5.0, i,
+                               short=f"{history.label(i)}{hx.lead(task, 140)} (m{i})"))
+    errors = pools.setdefault("errors", [])
+    concern = set(given.errors)
+    told: set[int] = set()
+    for item in errors:
+        if concern & set(item.messages):
+            item.priority *= 1.5
+    for first, fixes, said, fixed in roles.error_threads(history, given):
+        cited = {first, *fixes}
+        if any(set(it.messages) >= {first} and set(it.messages) & set(fixes) for it in errors):
+            continue  # a command's failure and fix the extractor already tells
+        parts = [f"{history.label(first)}{hx.lead(said, 200)} (m{first})"]
+        parts += [f"{history.label(j)}{hx.lead(line, 160)} (m{j})"
+                  for j, line in zip(fixes, fixed, strict=True)]
+        text = "; fix: ".join([parts[0], "; ".join(parts[1:])]) if fixes else parts[0]
+        short = f"{history.label(first)}{hx.lead(said, 100)} (m{first})" + (
+            f"; fix: {history.label(fixes[-1])}{hx.lead(fixed[-1], 100)} (m{fixes[-1]})" if fixes else "")
+        errors.append(hx.Item(text, tuple(sorted(cited)), 4.0, first, short=short))
+        told.update(range(first, max(cited) + 1))
+    # a line of Problem Solving that only retells a thread (the report, the diagnosis) gives way to it
+    pools["problem"] = [it for it in pools.get("problem", []) if not set(it.messages) <= told]
 
 
 def _answers_role(history: hx.History, i: int, role: str) -> bool:

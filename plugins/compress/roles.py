@@ -30,7 +30,7 @@ import yaml
 from compactor.plugins.compress import history as hx
 from compactor.text.terms import terms
 
-__all__ = ["Handoff", "Profile", "Team", "handoff", "profiles", "read_team", "role_of"]
+__all__ = ["Handoff", "Profile", "Team", "error_threads", "handoff", "profiles", "read_team", "role_of"]
 
 #: Speakers that name a message's role, not a participant. ("developer" is not one of them: a message
 #: with that role is a system message, never a turn, while a speaker named "developer" is a coder.)
@@ -618,6 +618,47 @@ def handoff(history: hx.History, dropped: Sequence[int], role: str) -> Handoff:
     return Handoff(role=role, profile=profile, speakers=speakers, visible=visible, weights=weights,
                    pending=pending, errors=errors, tasks=task_lines,
                    reasons={i: tuple(dict.fromkeys(reasons[i])) for i in visible})
+
+
+def error_threads(history: hx.History, given: Handoff) -> list[tuple[int, list[int], str, list[str]]]:
+    """The handoff's errors as threads, for the summary's Errors and fixes: (the failure's message,
+    the messages that diagnosed or fixed it, the failure's key sentence, each fix's key sentence).
+    An earlier report of the same failure (the run before the report) joins the next thread."""
+    threads: list[tuple[int, list[int], str, list[str]]] = []
+    for i in given.errors:
+        facts = _facts(history, i)
+        failure = "failure" in facts.kinds and not (facts.fix and "change" in facts.kinds)
+        if failure and threads and not threads[-1][1] and i - threads[-1][0] <= 2:
+            first, _, said, _ = threads[-1]  # a run and its report: one failure, both sentences
+            more = _key_sentence(history, i, _FAILED_TEST, _FAILURE, _RUN_FAILURE)
+            threads[-1] = (first, [], f"{said}; {more}" if more not in said else said, [])
+        elif failure:
+            threads.append((i, [], _key_sentence(history, i, _FAILED_TEST, _RUN_FAILURE, _FAILURE), []))
+        elif threads:
+            threads[-1][1].append(i)
+            threads[-1][3].append(_key_sentence(history, i, _FIX_WORDS))
+    return threads
+
+
+#: What a message that fixes something says about it.
+_FIX_WORDS = regex.compile(r"(?:fix(?:ed|es)?|root cause|the cause|resolved|normali[sz]ed|changed|added)|"
+                           r"修复|根因|原因|改为|改成", regex.IGNORECASE)
+
+
+def _key_sentence(history: hx.History, i: int, *patterns: regex.Pattern[str]) -> str:
+    """The first sentence or line of message `i` (code included) that the first pattern finds (then
+    the next pattern), else the message's lead."""
+    text = history.messages[i].content[:READ_CHARS]
+    pieces = [p.strip() for line in text.splitlines() for p in _SENTENCE_END.split(line) if p.strip()]
+    for pattern in patterns:
+        for piece in pieces:
+            if not piece.startswith("```") and pattern.search(piece):
+                return hx.lead(" ".join(piece.split()), 220)
+    return hx.lead(" ".join(text.split()), 160)
+
+
+#: A failing test or an exception named in a run's output: what identifies the failure best.
+_FAILED_TEST = regex.compile(r"\bFAILED\s+\S+|^(?:E\s+)?[A-Z]\w*(?:Error|Exception): ", regex.MULTILINE)
 
 
 def _target_aliases(target: str, profile: str | None, speakers: Iterable[str],
