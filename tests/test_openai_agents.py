@@ -4,6 +4,7 @@ OpenAI-compatible server, with a CompactorSession that compacts the history unde
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
 import json
 import re
@@ -21,9 +22,12 @@ from agents.memory import Session  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 
 import compactor  # noqa: E402
+from compactor.errors import CompactorError  # noqa: E402
+from compactor.formats.clearing import STUB_MARK, stub_ref  # noqa: E402
 from compactor.integrations.openai_agents import (  # noqa: E402
     CompactorSession,
     drop_orphan_outputs,
+    from_compaction,
     to_messages,
 )
 
@@ -350,3 +354,157 @@ def test_items_replaced_under_a_view_that_end_the_same_way_are_read_afresh() -> 
         assert session.compactions == 2
 
     asyncio.run(go())
+
+
+# -- the cheap tiers (clear, reduce) before the summary ------------------------------------------------
+
+
+class ExpandsAStub:
+    """The scripted model for one long run: a get_order call per request until `calls` results are
+    in, then an expand_context call for the latest cleared output a request showed, then an answer.
+    It notes which tiers the compaction before each request used."""
+
+    def __init__(self, session: CompactorSession, calls: int) -> None:
+        self.session = session
+        self.calls = calls
+        self.count = itertools.count()
+        self.expanded: list[str] = []
+        self.stubs: dict[str, str] = {}  # order id -> the id its stub cites, from every request
+        self.tiers: list[tuple[str, ...]] = []
+
+    def __call__(self, request: Recorded) -> Reply:
+        last = self.session.auto.last
+        self.tiers.append(() if last is None else
+                          tuple(name for name, tier in last.report["tiers"].items() if tier["used"]))
+        model = str(request.json.get("model"))
+        self.stubs.update(_stubs(request.json["messages"]))
+        n = next(self.count)
+        if n < self.calls:
+            call = {"id": f"call_{n}", "type": "function",
+                    "function": {"name": "get_order", "arguments": json.dumps({"order_id": f"#W{1000 + n}"})}}
+        elif not self.expanded:
+            self.expanded.append(list(self.stubs.values())[-1])
+            call = {"id": "call_expand", "type": "function",
+                    "function": {"name": "expand_context", "arguments": json.dumps({"ids": self.expanded})}}
+        else:
+            return Reply(body=_completion({"role": "assistant", "content": "Checked them all."}, model))
+        return Reply(body=_completion({"role": "assistant", "content": None, "tool_calls": [call]}, model))
+
+
+def _stubs(messages: list[dict[str, Any]]) -> dict[str, str]:
+    """The cleared outputs of a chat request: the order each answered -> the id its stub cites."""
+    orders = {c["id"]: json.loads(c["function"]["arguments"]).get("order_id")
+              for m in messages for c in m.get("tool_calls") or ()}
+    return {orders[m["tool_call_id"]]: str(stub_ref(m["content"])) for m in messages
+            if m["role"] == "tool" and m["content"].startswith(STUB_MARK)}
+
+
+def test_tiers_hold_every_model_call_of_a_tool_heavy_run_under_the_trigger(tmp_path) -> None:
+    session = CompactorSession("tiers-run", window=WINDOW, reserve=2_500, tools_tokens=300,
+                               tiers=compactor.TIERS, store=str(tmp_path / "compactor.db"))
+    script = ExpandsAStub(session, 14)
+
+    async def run(server: FakeOpenAI) -> str:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        model = OpenAIChatCompletionsModel(model="test-model", openai_client=client)
+        agent = Agent(name="support", instructions="You are a support agent for an online shop.",
+                      tools=[get_order, session.expand_tool()], model=model)
+        result = await Runner.run(agent, "check orders #W1000 to #W1013", session=session, max_turns=30,
+                                  run_config=session.run_config(tracing_disabled=True))
+        await client.close()
+        return str(result.final_output)
+
+    with FakeOpenAI() as server:
+        server.respond = script
+        final = asyncio.run(run(server))
+        requests = list(server.requests)
+    assert final == "Checked them all." and len(requests) == 16
+    trigger = session.auto.trigger_tokens
+    for request in requests:
+        messages = request.json["messages"]
+        assert messages[0]["role"] == "system" and _valid_chat(messages)
+        # the cleared outputs are what was sent: the messages and the configured schemas fit the trigger
+        assert compactor.count_message_tokens(messages) + 300 <= trigger
+    # the first compactions cleared old outputs (no summary yet), and said so
+    cheap = [t for t in script.tiers if t and "summary" not in t]
+    assert cheap and "clear" in cheap[0] and script.tiers.index(cheap[0]) < len(script.tiers) // 2
+    assert session.compactions >= 2 and session.stats()["tiers"]
+    # every stub a request carried expands to the output it replaced
+    assert len(script.stubs) >= 5
+    for order, ref in script.stubs.items():
+        assert json.dumps(_order(order)) in session.expand([ref])[ref]
+    # and the model read one back through the session's expand tool
+    answer = requests[-1].json["messages"][-1]
+    wanted = script.expanded[0]
+    assert answer["role"] == "tool" and wanted in answer["content"]
+    assert session.auto.expand([wanted])[wanted] in answer["content"]
+    assert "order_id" in answer["content"] and not answer["content"].startswith(STUB_MARK)
+    # the session stores every output in full: only what was sent was cleared
+    stored = asyncio.run(session.items.get_items())
+    outputs = [i["output"] for i in stored if i.get("type") == "function_call_output"]
+    assert outputs[:14] == [json.dumps(_order(f"#W{1000 + i}")) for i in range(14)]
+
+
+def test_from_compaction_sends_cleared_outputs_and_keeps_the_callers_items() -> None:
+    items: list[dict[str, Any]] = [{"role": "user", "content": "Check my orders, please."}]
+    for i in range(8):
+        items += _lookup(i, f"Order #W{3000 + i} found.")
+    before = copy.deepcopy(items)
+    messages, owners = to_messages(items)
+    tokens = compactor.count_message_tokens(messages)
+    for budget, tiers in ((tokens - 100, ["clear"]), (tokens // 2, ["clear", "reduce"])):
+        compacted = compactor.compact_messages(messages, budget, tiers=compactor.TIERS)
+        used = [name for name, tier in compacted.report["tiers"].items() if tier["used"]]
+        assert compacted.summary is None and used == tiers
+        out = from_compaction(items, owners, compacted)
+        assert len(out) == len(items) and items == before  # the caller's items are not edited
+        changed = {int(i) for i in compacted.report["replaced"]}
+        assert len(changed) >= 5
+        for index, item in enumerate(out):
+            message = owners.index([index])
+            if message in changed:  # a copy of the output item, with the compacted text
+                assert item is not items[index] and item["output"] == compacted[message]["content"]
+                assert {k: v for k, v in item.items() if k != "output"} == {
+                    k: v for k, v in items[index].items() if k != "output"}
+            else:
+                assert item is items[index]
+
+
+def test_a_summary_after_a_clearing_and_pins_stay_under_the_trigger(tmp_path) -> None:
+    pin = "Always name the order id in a reply."
+    paths = {"store": str(tmp_path / "c.db"), "items": str(tmp_path / "a.db")}
+    settings: dict[str, Any] = {"window": 3_000, "reserve": 1_200, "keep_last": 2, "tiers": compactor.TIERS,
+                                "pin": pin, **paths}
+    session = CompactorSession("pinned", **settings)
+
+    async def go(session: CompactorSession, orders: range) -> list[list[str]]:
+        used = []
+        for i in orders:
+            await session.add_items(_lookup(i, f"Order #W{3000 + i} found."))  # type: ignore[arg-type]
+            view = await session.get_items()
+            assert session.auto.tokens(to_messages(view)[0]) <= session.auto.trigger_tokens
+            assert [item.get("content") for item in view].count(pin) == (1 if session.compactions else 0)
+            assert _valid_chat(to_messages(view)[0])
+            used.append(session.stats()["tiers"])
+        return used
+
+    used = asyncio.run(go(session, range(8)))
+    assert ["clear", "reduce"] in used and ["summary"] in used
+    assert used.index(["clear", "reduce"]) < used.index(["summary"])
+    # a new process carries on from the view, its pin once, and the stubs it cited still expand
+    again = CompactorSession("pinned", **settings)
+    asyncio.run(go(again, range(8, 12)))
+    view = asyncio.run(again.get_items())
+    summary = next(i["content"] for i in view if str(i.get("content")).startswith("[compactor]"))
+    assert again.expand(ID.findall(summary)[:1])
+    assert len(asyncio.run(again.items.get_items())) == 48  # every item kept as it came
+
+
+def test_from_compaction_refuses_a_compaction_of_other_items() -> None:
+    items = [item for i in range(6) for item in _lookup(i, "Done.")]
+    messages, owners = to_messages(items)
+    compacted = compactor.compact_messages(messages, 900, keep_last=2)
+    assert len(from_compaction(items, owners, compacted)) < len(items)
+    shifted = [{"role": "user", "content": "first"}, *items]
+    with pytest.raises(CompactorError, match="does not line up"):
+        from_compaction(shifted, to_messages(shifted)[1], compacted)

@@ -19,7 +19,10 @@ the Responses items become chat messages (a `function_call` with its `function_c
 becomes an assistant `tool_calls` message and its `tool` message), are compacted, and come back as
 the original items of the kept messages (reasoning items, ids and all) plus one message item with
 the summary. A call and its output are one turn, kept or summarised together, so the result never
-holds an output without its call. The compacted view is a checkpoint in the compactor store
+holds an output without its call. With cheap tiers (`tiers=compactor.TIERS`), old tool outputs
+cleared into stubs or reduced come back as copies of their items carrying the compacted text (the
+stub names the id that reads the original back); pins (`pin=`) as message items after any system
+message, once each. The compacted view is a checkpoint in the compactor store
 (`store=`: a SQLite path, a `ChunkStore`, or memory), so the next compaction summarises the earlier
 summary with the new items, and every id any summary cited stays expandable: `expand_tool()` is the
 `expand_context` function tool for the agent, bound to that store.
@@ -47,6 +50,8 @@ except ImportError as exc:  # the extra is optional
 from compactor.apps.auto import AutoCompactor, AutoCounters
 from compactor.apps.conversation import CompactedMessages
 from compactor.apps.tools import EXPAND_TOOL, EXPAND_TOOL_NAME, handle_expand_call
+from compactor.errors import CompactorError
+from compactor.formats.clearing import REDUCED_MARK, STUB_MARK
 from compactor.store import Batch, ChunkStore
 
 #: Responses item types that call a tool, answered by an item of the paired type with the same call id.
@@ -55,9 +60,15 @@ CALL_OUTPUTS = {"function_call": "function_call_output", "custom_tool_call": "cu
                 "computer_call": "computer_call_output", "local_shell_call": "local_shell_call_output",
                 "tool_search_call": "tool_search_output", "program": "program_output"}
 OUTPUT_TYPES = frozenset(CALL_OUTPUTS.values())
+#: Output item types whose `output` is text (or text parts): a cleared or reduced output is sent as
+#: the compacted text. Others (a screenshot, shell chunks, tool lists) are sent as they came.
+TEXT_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output", "local_shell_call_output",
+                          "apply_patch_call_output"})
 #: Knowledge key of the compacted view in the compactor store.
 CHECKPOINT_KEY = "openai_agents_view"
 _META = ("type", "id", "status", "call_id", "name", "arguments", "provider_data")
+_TIER_MARKS = (STUB_MARK, REDUCED_MARK)
+_SUMMARY, _PIN = "summary", "pin"  # what a message of a compaction stands for, when not a kept message
 
 
 class CompactorSession(AutoCounters):
@@ -69,10 +80,13 @@ class CompactorSession(AutoCounters):
     view (None: memory; a path: a SQLite file). `window`, `reserve`, `trigger`, `target`,
     `tools_tokens`, `keep_last` and every other keyword go to `AutoCompactor`; count the agent's
     instructions and tool schemas in `tools_tokens` (or in `reserve`) since they are sent outside
-    the session. The budget holds at the start of each run; to hold it before every model call of
-    a run too (a run of many tool calls), run with `run_config=session.run_config()` (its
-    `call_model_input_filter` is `input_filter`). A `session_settings`
-    with a `limit` makes the runner read `get_items(limit)`, the latest stored items uncompacted.
+    the session. `tiers=compactor.TIERS` clears and reduces old tool outputs before any summary
+    (the sent items carry the stubs; the stored ones stay whole); `stats()["tiers"]` says which
+    tiers the last compaction used. The budget holds at the start of each run; to hold it before
+    every model call of a run too (a run of many tool calls), run with
+    `run_config=session.run_config()` (its `call_model_input_filter` is `input_filter`). A
+    `session_settings` with a `limit` makes the runner read `get_items(limit)`, the latest stored
+    items uncompacted.
     """
 
     def __init__(self, session_id: str, *, window: int, items: Session | str | Path | None = None,
@@ -88,6 +102,7 @@ class CompactorSession(AutoCounters):
                                   **{"remember": False, **options})
         self._lock = threading.Lock()  # one compaction at a time (runs in a worker thread)
         self._run_view: dict[str, Any] | None = None  # `input_filter`'s compaction within a run
+        self._pins: list[dict[str, Any]] = []  # the pin items the latest view carries
 
     def __repr__(self) -> str:
         return f"CompactorSession({self.session_id!r}, {self.auto!r})"
@@ -98,10 +113,14 @@ class CompactorSession(AutoCounters):
         return self.auto.store
 
     def stats(self) -> dict[str, Any]:
-        """The `AutoCompactor` counters plus how many items the compacted view stands for."""
+        """The `AutoCompactor` counters, how many items the compacted view stands for, and which
+        tiers the last compaction in this process used (`tiers`: "clear", "reduce", "summary"),
+        since a cheap tier's compaction has no summary to show for it."""
         view = self._checkpoint()
+        last = self.auto.last.report.get("tiers") if self.auto.last is not None else None
         return {**super().stats(), "session_id": self.session_id,
-                "covered_items": 0 if view is None else view["covered"]}
+                "covered_items": 0 if view is None else view["covered"],
+                "tiers": [name for name, tier in (last or {}).items() if tier.get("used")]}
 
     # -- the Session protocol -------------------------------------------------------------------
 
@@ -127,6 +146,7 @@ class CompactorSession(AutoCounters):
         """Forget every item and the compacted view (the store keeps the originals summaries cited)."""
         await self.items.clear_session()
         await asyncio.to_thread(self._save, None)
+        self._pins = []
 
     # -- the expand tool -------------------------------------------------------------------------
 
@@ -157,13 +177,21 @@ class CompactorSession(AutoCounters):
         current = [*(view["items"] if view is not None else ()), *raw[covered:]]
         if not current:
             return [], None
-        messages, owners = to_messages(current)
-        before = self.auto.compactions
-        self.auto.maybe_compact(messages)
-        if self.auto.compactions == before or self.auto.last is None:  # under the trigger
+        if view is not None:  # a view read back from the store: its pins are known from now on
+            self._pins.extend(p for p in _pins_of(view) if p not in self._pins)
+        # measured with the pins a view carries (they are sent), compacted without them: the
+        # compaction puts the pins in again as they read now, and the indices of its report must be
+        # those of the message list it was given (`AutoCompactor.maybe_compact` would measure
+        # without the pins, and `compact` would drop them from the list itself)
+        before = self.auto.tokens(to_messages(current)[0])
+        self.auto.checks += 1
+        if before <= self.auto.trigger_tokens:
             return drop_orphan_outputs(current), None
-        out = from_compaction(current, owners, self.auto.last)
-        return out, {"covered": len(raw), "digest": _digest(raw), "items": out}
+        history = _without_pins(current, self._pins)
+        messages, owners = to_messages(history)
+        out, pins = _from_compaction(history, owners, self.auto.compact(messages, tokens_before=before))
+        self._pins = pins
+        return out, {"covered": len(raw), "digest": _digest(raw), "items": out, "pins": pins}
 
     # -- within a run ------------------------------------------------------------------------------
 
@@ -263,23 +291,123 @@ def to_messages(items: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
 
 def from_compaction(items: Sequence[dict[str, Any]], owners: Sequence[Sequence[int]],
                     compacted: CompactedMessages) -> list[dict[str, Any]]:
-    """Responses items for a compaction of `to_messages(items)`: the original items of the kept
-    messages (head and tail), the summary message between them as a message item, and a system
-    message the compaction shortened as a new message item."""
+    """Responses items for a compaction of `to_messages(items)`: the items of the kept messages,
+    the summary message between them as a message item, a system message the compaction shortened
+    and each pin it put in as new message items. A tool output a cheap tier cleared or reduced (or
+    a summary brought back from its stub) is a copy of its item with the compacted text; every
+    other kept item is the caller's own object. Raises `CompactorError` when the compaction's
+    messages do not line up with the items (a compaction of another list)."""
+    return _from_compaction(items, owners, compacted)[0]
+
+
+def _from_compaction(items: Sequence[dict[str, Any]], owners: Sequence[Sequence[int]],
+                     compacted: CompactedMessages) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """`from_compaction`, and the pin items it put in (the next compaction leaves them out)."""
     report = compacted.report
-    if report.get("unchanged") or report.get("summary") is None:
-        return drop_orphan_outputs(list(items))
-    head = [int(i) for i in report["head"]]
-    tail = [int(i) for i in report["tail"]]
+    messages = to_messages(items)[0]
+    if len(messages) != len(owners):
+        raise CompactorError(f"owners has {len(owners)} entries for {len(messages)} messages: "
+                             "give the owners to_messages returned for these items")
+    # what each message of `compacted` stands for: a message index, the summary or a pin
+    slots: list[int | str]
+    if report.get("summary") is None:  # cheap tiers only (or nothing): every message, in order
+        slots = list(range(len(messages)))
+    else:
+        slots = [*(int(i) for i in report["head"]), _SUMMARY, *(int(i) for i in report["tail"])]
+    slots = _pin_slots(slots, compacted)
     replaced = {int(i) for i in (report.get("system") or {})}
-    sent = [*head, None, *tail]  # what each message of `compacted` stands for (None: the summary)
     out: list[dict[str, Any]] = []
-    for index, message in zip(sent, compacted, strict=True):
-        if index is None or index in replaced:
-            out.append({"role": message["role"], "content": message["content"]})
-        else:
-            out.extend(items[i] for i in owners[index])
-    return drop_orphan_outputs(out)
+    pins: list[dict[str, Any]] = []
+    for slot, message in zip(slots, compacted, strict=True):
+        if isinstance(slot, str) or slot in replaced:
+            item = {"role": message["role"], "content": _text(message.get("content"))}
+            out.append(item)
+            if slot == _PIN:
+                pins.append(item)
+            continue
+        if not _same_message(messages[slot], message):
+            raise CompactorError(f"the compaction does not line up with the session's items: its message "
+                                 f"{message.get('role')!r} stands for message {slot}, a "
+                                 f"{messages[slot].get('role')!r} one (was it given another list?)")
+        out.extend(_kept_items(items, owners[slot], messages[slot], message))
+    return drop_orphan_outputs(out), pins
+
+
+def _pin_slots(slots: list[int | str], compacted: CompactedMessages) -> list[int | str]:
+    """`slots` with the pins the compaction put in: after the leading system message(s), each one
+    whose text the report names (`with_pins`' placement). Raises when they cannot be found."""
+    extra = len(compacted) - len(slots)
+    if extra == 0:
+        return slots
+    texts = list(compacted.report.get("pin_texts") or ())
+    leading = 0
+    while leading < len(compacted) and _is_system(compacted[leading]):
+        leading += 1
+    for at in range(min(leading, len(slots)) + 1) if extra > 0 else ():
+        found = compacted[at:at + extra]
+        if all(m.get("content") in texts for m in found) and (
+                at + extra == len(compacted) or not _is_system(compacted[at + extra])):
+            return [*slots[:at], *[_PIN] * extra, *slots[at:]]
+    raise CompactorError(f"the compaction has {len(compacted)} messages for {len(slots)} kept ones "
+                         f"and {len(texts)} pin(s): it does not line up with the session's items")
+
+
+def _same_message(original: dict[str, Any], kept: dict[str, Any]) -> bool:
+    """Whether a kept message of a compaction is `original` (its role, its calls and the output it
+    answers; its text too, unless a cheap tier changed it or a summary restored it)."""
+    def calls(message: dict[str, Any]) -> list[Any]:
+        return [c.get("id") for c in message.get("tool_calls") or ()]
+
+    if original.get("role") != kept.get("role") or original.get("tool_call_id") != kept.get("tool_call_id"):
+        return False
+    if calls(original) != calls(kept):
+        return False
+    same_text = (original.get("content") or "") == (kept.get("content") or "")
+    return same_text or _tier_change(original, kept) is not None
+
+
+def _tier_change(original: dict[str, Any], kept: dict[str, Any]) -> str | None:
+    """The new text of a message a cheap tier cleared or reduced (or a summary restored from its stub)."""
+    old, new = original.get("content"), kept.get("content")
+    if not isinstance(new, str) or new == old or original.get("role") not in ("tool", "user"):
+        return None
+    return new if any(isinstance(t, str) and t.startswith(_TIER_MARKS) for t in (old, new)) else None
+
+
+def _kept_items(items: Sequence[dict[str, Any]], owner: Sequence[int], original: dict[str, Any],
+                kept: dict[str, Any]) -> list[dict[str, Any]]:
+    """The items of a kept message: the caller's own, or a copy of the output (or user message)
+    whose text a cheap tier changed, carrying the new text."""
+    text = _tier_change(original, kept)
+    out = []
+    for i in owner:
+        item = items[i]
+        kind = _kind(item)
+        if text is not None and original["role"] == "tool" and kind in TEXT_OUTPUTS:
+            item = {**item, "output": text}
+        elif text is not None and original["role"] == "user" and kind == "message":
+            item = {**item, "content": text}
+        out.append(item)
+    return out
+
+
+def _without_pins(items: Sequence[dict[str, Any]], pins: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`items` without the message items that read as one of `pins` (as `AutoCompactor.compact`
+    drops the pins it sent before, so they are not summarised or sent twice)."""
+    if not pins:
+        return list(items)
+    pinned = to_messages(pins)[0]
+    return [item for item in items
+            if _kind(item) != "message" or to_messages([item])[0][0] not in pinned]
+
+
+def _pins_of(view: dict[str, Any] | None) -> list[dict[str, Any]]:
+    pins = view.get("pins") if view is not None else None
+    return [p for p in pins if isinstance(p, dict)] if isinstance(pins, list) else []
+
+
+def _is_system(message: dict[str, Any]) -> bool:
+    return message.get("role") in ("system", "developer")
 
 
 def drop_orphan_outputs(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
