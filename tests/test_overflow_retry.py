@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from typing import Any
 
 import openai
@@ -160,6 +161,56 @@ def test_a_known_window_and_a_given_compactor(openai_server: FakeOpenAI) -> None
         compactor.with_overflow_retry(client.client, target=1.5)
     with pytest.raises(TypeError):
         compactor.with_overflow_retry(object())
+
+
+def test_a_retry_leaves_the_shared_compactors_trigger_and_target_alone(openai_server: FakeOpenAI) -> None:
+    # one AutoCompactor shared by two loops: while one retries after an overflow (compacting far
+    # below the target), the other still compacts at the configured trigger, and nothing is reset
+    settings: list[tuple[int, int]] = []
+
+    def note(_: Any) -> None:
+        settings.append((own.trigger_tokens, own.target_tokens))
+
+    own = compactor.AutoCompactor(window=4_000, target=600, on_compact=note)
+    configured = (own.trigger_tokens, own.target_tokens)
+    other = _history(8)  # the other loop's history: under the trigger, over the retry's target
+    assert own.target_tokens < WINDOW // 2 < _tokens(other) < own.trigger_tokens
+    seen: list[bool] = []
+    done = threading.Event()
+
+    def other_loop() -> None:
+        while not done.is_set():
+            seen.append(own.should_compact(other))
+
+    def respond(request: Any) -> Reply:
+        note(None)  # the server's side of each request
+        return overflow_above(WINDOW)(request)
+
+    openai_server.respond = respond
+    client = _client(openai_server, compactor=own)
+    watcher = threading.Thread(target=other_loop)
+    watcher.start()
+    try:
+        client.chat.completions.create(model="m", messages=_history())
+    finally:
+        done.set()
+        watcher.join()
+    assert client.retries == 1 and own.compactions == 1
+    assert _tokens(openai_server.requests[1].json["messages"]) <= WINDOW // 2
+    # during the compaction (on_compact), at each request and afterwards: the configured settings
+    assert len(settings) == 3 and set(settings) == {configured}
+    assert (own.trigger_tokens, own.target_tokens) == configured
+    assert seen and not any(seen)
+
+
+def test_compact_to_a_budget_for_one_call() -> None:
+    auto = compactor.AutoCompactor(window=4_000, target=600)
+    history = _history()
+    compacted = auto.compact(history, budget=300)
+    assert auto.tokens(compacted) <= 300 and (auto.trigger_tokens, auto.target_tokens) == (3_200, 600)
+    assert auto.tokens(auto.compact(history)) > 300  # the next compaction is at the target again
+    with pytest.raises(compactor.InputError):
+        auto.compact(history, budget=0)
 
 
 def test_a_history_that_cannot_get_smaller_is_not_sent_again(openai_server: FakeOpenAI) -> None:

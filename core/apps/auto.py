@@ -170,19 +170,26 @@ class AutoCompactor:
             self._memo = (len(items), _digest(parsed), copy.deepcopy(list(result)))
         return result
 
-    def compact(self, messages: Sequence[Any], *, tokens_before: int | None = None) -> CompactedMessages:
+    def compact(self, messages: Sequence[Any], *, tokens_before: int | None = None,
+                budget: int | None = None) -> CompactedMessages:
         """Compact now, whatever the size (a `/compact` command).
 
         A tool call still waiting for its results at the end (the loop compacts between the model's
         call and running the tools) stays verbatim after the summary, so the results the loop appends
         next still answer it. When the system message(s) leave no room for a summary at `target`,
         the compaction takes more of the room below the trigger rather than failing the loop.
+        `budget` (tokens, `tools_tokens` included): compact to it and no higher, in place of the
+        target and the trigger, for this call only (an overflow retry); the settings stay as they are,
+        so loops sharing this compactor are not affected.
         """
+        if budget is not None and (not _count(budget) or budget <= 0):
+            raise InputError(f"budget must be a positive number of tokens, not {budget!r}")
         items = list(messages)
         before = self.tokens(items) if tokens_before is None else tokens_before
         parsed = read_messages(items)
-        budget = max(1, self.target_tokens - self.tools_tokens)
-        ceiling = max(budget, self.trigger_tokens - self.tools_tokens)
+        target, trigger = (self.target_tokens, self.trigger_tokens) if budget is None else (budget, budget)
+        budget = max(1, target - self.tools_tokens)
+        ceiling = max(budget, trigger - self.tools_tokens)
         split = _pending_start(parsed)
         pending_tokens = messages_tokens(parsed[split:], self._counter) - TOKENS_PER_REPLY
         if split == len(parsed) or split < 2 or pending_tokens > budget // 2:

@@ -103,22 +103,19 @@ def compact_for_retry(auto: AutoCompactor, messages: Sequence[Any],
 
     The target is the lower of `auto.target_tokens` and `retry_target(exc, ...)`, so a compactor
     set up for a larger window than the provider's compacts to what the provider accepts; and the
-    compaction goes down to that target, not merely under the trigger (for this compaction the
-    trigger is the target). The compaction is one of `auto`'s (counted, recorded, its ids
-    expandable); its settings are as they were afterwards.
+    compaction goes down to that target, not merely under the trigger (`AutoCompactor.compact`'s
+    `budget`). The compaction is one of `auto`'s (counted, recorded, its ids expandable); its
+    trigger and target are never changed, so other loops sharing `auto` (other threads, other
+    tasks) keep compacting at their own settings while a retry runs.
     """
     items = list(messages)
     before = auto.tokens(items)
-    configured = auto.target_tokens, auto.trigger_tokens
     target = max(1, min(auto.target_tokens, retry_target(exc, before)))
-    auto.target_tokens = auto.trigger_tokens = target
     try:
-        compacted = auto.compact(items, tokens_before=before)
+        compacted = auto.compact(items, tokens_before=before, budget=target)
     except BudgetError as error:  # the system prompt alone leaves no room: nothing to retry with
         log.warning("context overflow at %d tokens: no room to compact into (%s)", before, error)
         return None
-    finally:
-        auto.target_tokens, auto.trigger_tokens = configured  # only this retry compacts lower
     after = auto.tokens(compacted)
     if after >= before:
         return None
