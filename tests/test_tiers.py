@@ -218,3 +218,55 @@ def test_validate_ratio_min_fill_retries_an_under_filled_history() -> None:
     attempts = details.get("attempts") or details.get("validate.ratio", {}).get("attempts")
     assert attempts and attempts[0]["tokens"] < 0.9 * target  # the first output under-filled
     assert 0.9 * target <= compactor.count_message_tokens(out) <= target  # the retry filled it
+
+
+def test_a_room_too_small_for_both_requests_keeps_the_latest_verbatim() -> None:
+    # a policy that takes most of the room, a chat that has not reached a tool yet: the opening
+    # request gives way to the one the assistant must answer now
+    system = {"role": "system", "content": "Policy. " + " ".join(f"Rule {k}: confirm before acting."
+                                                                  for k in range(60))}
+    history = [system, {"role": "user", "content": "I want to change my flight from New York to Chicago."}]
+    for k in range(3):
+        history += [{"role": "assistant", "content": f"Sure, could you give me detail {k} of the booking?"},
+                    {"role": "user", "content": f"Here is detail {k}: it was booked in May for two people."}]
+    latest = "I also need to change the passenger to myself and add 3 checked bags."
+    history.append({"role": "user", "content": latest})
+    fixed = compactor.count_message_tokens([system])
+    budget = fixed + 80
+    out = compactor.compact_messages(history, budget)
+    assert compactor.count_message_tokens(out) <= budget
+    assert out[-1] == history[-1]  # the latest request, verbatim
+    assert history[1] not in out  # the opening one went into the summary
+
+
+def _tau(indices: tuple[int, ...]) -> list[list[dict[str, Any]]]:
+    from .helpers import EVAL
+
+    path = EVAL / "agent-trajectories-tau-bench" / "conversations.jsonl"
+    if not path.exists():
+        pytest.skip(f"no dev data at {path}")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [json.loads(lines[i])["messages"] for i in indices]
+
+
+@pytest.mark.parametrize(("share", "runs"), [(0.3, (4, 27, 39)), (0.15, (4, 19))])
+def test_the_customers_latest_request_reaches_every_call_of_a_loop(share: float,
+                                                                   runs: tuple[int, ...]) -> None:
+    # tau-bench runs replayed call by call with a trigger of the system prompt + `share` of the rest:
+    # the customer's latest message is sent word for word at every call where it takes at most half
+    # the room (a room of 60 to 1500 tokens beside a 1259-token policy)
+    for history in _tau(runs):
+        system = compactor.count_message_tokens(history[:1])
+        trigger = system + int(share * (compactor.count_message_tokens(history) - system))
+        auto = AutoCompactor(window=2 * trigger, trigger=trigger, record=False)
+        for end, message in enumerate(history):
+            if message["role"] != "assistant" or end < 2:
+                continue
+            view = history[:end]
+            sent = list(auto.maybe_compact(view))
+            latest = next(m["content"] for m in reversed(view) if m["role"] == "user")
+            cost = compactor.count_message_tokens([{"role": "user", "content": latest}])
+            if cost > (trigger - system) // 2:
+                continue
+            assert latest in "\n".join(str(m.get("content")) for m in sent), (end, latest)
+        assert auto.compactions >= 1

@@ -72,11 +72,19 @@ def plan_compaction(messages: Sequence[Message], costs: Sequence[int], budget: i
     agent = bool(output_indices(messages))
     if head_share is None:  # an agent's task statement may take half the room; a chat's opener less
         head_share = 0.5 if agent else 0.25
+    # the request being worked on: an agent's latest person message, or a chat's when it waits for
+    # its answer (the last message; an answered turn of a chat is one turn among others)
+    requests = [i for i in request_indices(messages)[-1:] if agent or i == len(messages) - 1]
     if keep_first and position < len(tiles):
         first = tiles[position]
         first_cost = _cost(costs, first)
+        spare = budget - floor
+        # a room too small for both the opening request and the latest one goes to the latest (what is
+        # being worked on); the summary quotes the opening one when it can
+        latest_cost = (costs[requests[-1]] if requests and requests[-1] >= first.end else 0)
+        crowded = 0 < latest_cost <= (spare + MIN_SUMMARY_TOKENS) // 2 and first_cost + latest_cost > spare
         if (first.complete and messages[first.start].role == "user" and answers(messages[first.start]) is None
-                and first_cost <= head_share * (budget - floor + MIN_SUMMARY_TOKENS)
+                and first_cost <= head_share * (spare + MIN_SUMMARY_TOKENS) and not crowded
                 and position + 1 < len(tiles)):
             head.append(first)
             position += 1
@@ -101,14 +109,14 @@ def plan_compaction(messages: Sequence[Message], costs: Sequence[int], budget: i
     tail.reverse()
     head_end = head[-1].end if head else 0
     tail_start = tail[0].start if tail else len(messages)
-    latest = request_indices(messages)[-1:] if position < len(tiles) and agent else ()
+    latest = requests[-1:] if position < len(tiles) else ()
     if latest and head_end <= latest[0] < tail_start:
-        # an agent's request being worked on stays verbatim with the turns after it, when they fit in
-        # the tail's share (else the summary quotes it)
+        # the request being worked on (the person's latest message) stays verbatim with the turns after
+        # it, when they fit in the tail's share or in half the room (else the summary quotes it)
         stretch = [u for u in tiles[position:] if u.start >= latest[0] and u.start < tail_start]
         extra = sum(_cost(costs, u) for u in stretch)
         if (stretch and stretch[0].start == latest[0] and all(u.complete for u in stretch)
-                and tail_cost + extra <= cap
+                and tail_cost + extra <= max(cap, room // 2)
                 and room - tail_cost - extra >= MIN_SUMMARY_TOKENS):
             tail = [*stretch, *tail]
             tail_cost += extra

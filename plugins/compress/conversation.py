@@ -34,7 +34,14 @@ import regex
 from compactor.components import Component, DataPath
 from compactor.document import Chunk, Context, Message, Segment, Source, chunk_id, frozen_mapping
 from compactor.formats.compaction import MIN_SUMMARY_TOKENS, SUMMARY_MARK, Plan, plan_compaction, plan_dict
-from compactor.formats.messages import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, calls, message_tokens, speaker
+from compactor.formats.messages import (
+    TOKENS_PER_MESSAGE,
+    TOKENS_PER_REPLY,
+    calls,
+    message_tokens,
+    speaker,
+    units,
+)
 from compactor.formats.system_prompt import shorten_system
 from compactor.hookspecs import hookimpl
 from compactor.llm.guard import Request, complete_guarded
@@ -234,6 +241,8 @@ class EightSegment(Component):
         people = kind not in AGENT_KINDS and kind != "auto"
         first: dict[str, Any] = {**settings, "tail_share": PEOPLE_TAIL_SHARE} if people else settings
         plan = plan_compaction(messages, costs, limit, **first)
+        if history is not None and not people and not plan.unchanged:
+            plan = _room_for_request(history, source, plan, costs, limit, settings, counter)
         saved = sum(before - after for before, after in (system.get("system_tokens") or {}).values())
         if saved:  # the original's size is what the history cost before its system prompt was cut
             plan = dataclasses.replace(plan, original_tokens=plan.original_tokens + saved)
@@ -272,7 +281,8 @@ class EightSegment(Component):
         if not people and not pinned and small:
             # a small room: a summary may hold less than the turns it replaces; keep the plan that
             # leaves more of the history's key signals readable
-            verbatim = plan_compaction(messages, costs, limit, tail_share=1.0, **settings)
+            verbatim = _room_for_request(history, source, plan_compaction(
+                messages, costs, limit, tail_share=1.0, **settings), costs, limit, settings, counter)
             verbatim = dataclasses.replace(verbatim, original_tokens=verbatim.original_tokens + saved)
             if verbatim.tail != plan.tail:
                 alternative = self._draft(history, source, verbatim, costs, counter, role, weights, focus,
@@ -1123,6 +1133,36 @@ def _chinese(history: hx.History) -> bool:
             if size >= 20000:  # enough prose to tell
                 break
     return is_chinese(parts)
+
+
+def _room_for_request(history: hx.History, source: Source, plan: Plan, costs: Sequence[int], limit: int,
+                      settings: Mapping[str, Any], counter: TokenCounter) -> Plan:
+    """A plan whose summary can quote the request being worked on in full: when the person's latest
+    request (or the one an earlier summary quoted), a turn after the opening one, is summarised and
+    the summary's room is under twice its size (a request line takes at most half the summary),
+    fewer of the latest turns are kept verbatim until it fits. A request over half of the whole room
+    stays a candidate line; a task statement that is the only request does not displace the latest
+    turns (the summary quotes it as far as it can)."""
+    citations = hx.Citations(history, plan.dropped, source.id)
+    asked, _ = hx.requests(history, plan.dropped, citations)
+    current = next((r for r in asked if r.which == "current"), None)
+    everything, _ = hx.requests(history, range(len(history.messages)), citations)
+    if len(everything) < 2:  # the task statement is the only request: the latest turns come first
+        return plan
+    if current is None or not plan.tail or any(
+            current.text in history.messages[i].content for i in (*plan.head, *plan.tail)):
+        return plan  # none, or kept verbatim anyway (an earlier summary quoted the task in the head)
+    need = 2 * (counter.count(hx.quoted(current.text)) + 12)
+    tail_cost = sum(costs[i] for i in plan.tail)
+    if plan.summary_tokens >= need or plan.summary_tokens + tail_cost < need:
+        return plan
+    kept = set(plan.tail)
+    turns = sum(1 for unit in units(history.messages) if unit.start in kept)
+    for keep in range(turns - 1, -1, -1):
+        candidate = plan_compaction(history.messages, costs, limit, **{**settings, "keep_last": keep})
+        if candidate.summary_tokens >= need:
+            return candidate
+    return plan
 
 
 def _fill_share(value: Any) -> float:
