@@ -341,3 +341,38 @@ def test_the_middleware_counts_a_structured_output_schema_in_async_runs() -> Non
     assert schema and schema[0]["function"]["parameters"]["properties"]["order_ids"]
     assert response_format_schemas(Refunds) == response_format_schemas(ToolStrategy(Refunds))
     assert response_format_schemas(None) == []
+
+
+def test_each_turns_request_reaches_every_model_call_of_a_thread() -> None:
+    """A thread of several turns (a checkpointer keeps the messages between invocations): at every
+    model call the current turn's request is sent word for word, not only as a summary line, while
+    the history is compacted again and again."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    middleware = CompactorMiddleware(window=3000, trigger=1800, target=0.5, keep_last=2)
+    turns = [f"Now check orders {', '.join(ORDERS[k:k + 4])} and tell me which are pending (turn {k // 4})."
+             for k in range(0, 16, 4)]
+    current: dict[str, str] = {}
+    seen: list[bool] = []
+
+    def check(messages: list[BaseMessage]) -> None:
+        _check_history(messages)
+        sent = "\n".join(str(m.content) for m in messages)
+        seen.append(current["request"] in sent)
+
+    def script() -> Iterator[AIMessage]:
+        for k in range(0, 16, 4):
+            for i, order in enumerate(ORDERS[k:k + 4]):
+                yield AIMessage(content=f"Checking {order}.", tool_calls=[
+                    {"name": "get_order", "args": {"order_id": order}, "id": f"call_{k}_{i}"}])
+            yield AIMessage(content=f"Turn {k // 4}: done.")
+
+    model = ToolCallingFakeModel(messages=script(), check=check)
+    agent = create_agent(model, tools=[get_order], system_prompt=SYSTEM, middleware=[middleware],
+                         checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t1"}, "recursion_limit": 100}
+    for request in turns:
+        current["request"] = request
+        agent.invoke({"messages": [HumanMessage(request)]}, config)
+    assert middleware.compactions >= 2
+    assert len(seen) == 20 and all(seen), seen

@@ -16,7 +16,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 NEEDS = {"auto": (None, ["compactions,", "tokens saved", '"order_id"']),
          "structured": (None, ["200 rows; fields order_id:str", "#W1042", "more rows: expand orders-0003"]),
          "mcp": ("mcp", ["'compress'", "valve V-12", "Step "]),
-         "langchain": ("langchain_classic", ["refunds.md", "compactions,", "[compactor]"]),
+         "langchain": ("langchain_classic", ["refunds.md", "compactions,", "['clear'", "[compactor"]),
          "agents": ("agents", ["items stored,", "compaction,"])}
 
 

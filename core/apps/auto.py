@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compactor.apps.common import PipelineArg
-from compactor.apps.conversation import CompactedMessages, compact_messages
+from compactor.apps.conversation import TIERS, CompactedMessages, compact_messages
 from compactor.apps.tools import expand, handle_expand_call
 from compactor.document import Message
 from compactor.errors import BudgetError, InputError
@@ -78,7 +78,8 @@ class AutoCompactor:
     compacts to, tokens or a fraction of the trigger (default 0.5). `tools_tokens`: what the request
     spends outside the messages (tool schemas), counted against the trigger. Every other keyword
     (`keep_last`, `llm`, `query`, `kind`, `keep_files`, `pipeline`, `plugins`, `summary_role`,
-    `compress_system`, `tiers` (default: the summary; `TIERS` for all three, cheapest first),
+    `compress_system`, `tiers` (default: `TIERS`, all three, cheapest first; `("summary",)` for
+    the summary alone),
     `keep_tool_results`, `exclude_tools`, `clear_at_least`, `expand_tool`, `pin`) is passed to
     `compact_messages`. The cheap tiers are accepted once the history is back under the
     trigger; a summary compacts to `target` (of the room the system message(s) leave, when they
@@ -113,7 +114,7 @@ class AutoCompactor:
         self.remember = remember
         self._memo: tuple[int, str, list[Any]] | None = None  # (messages covered, their digest, result)
         self._counter = get_counter(encoding)
-        self._options: dict[str, Any] = {"keep_last": keep_last, "pipeline": pipeline, "tiers": ("summary",),
+        self._options: dict[str, Any] = {"keep_last": keep_last, "pipeline": pipeline, "tiers": TIERS,
                                          "plugins": tuple(plugins), "llm": llm, "query": query, **options}
         self.history: list[Compaction] = []
         self.checks = 0
@@ -281,14 +282,18 @@ class AutoCompactor:
         return handle_expand_call(call, self.store)
 
     def stats(self) -> dict[str, Any]:
-        """Counters for a monitor: checks, compactions, tokens saved, the last compaction."""
+        """Counters for a monitor: checks, compactions, tokens saved, the last compaction (and the
+        tiers it used, cheapest first)."""
         last = self.history[-1] if self.history else None
+        tiers = (self.last.report.get("tiers") or {}) if self.last is not None else {}
         return {"window": self.window, "trigger_tokens": self.trigger_tokens,
                 "target_tokens": self.target_tokens, "checks": self.checks,
                 "compactions": self.compactions, "tokens_saved": self.tokens_saved,
                 "last": None if last is None else {"check": last.check, "tokens_before": last.tokens_before,
                                                    "tokens_after": last.tokens_after,
-                                                   "dropped": len(last.dropped_ids), "kind": last.kind}}
+                                                   "dropped": len(last.dropped_ids), "kind": last.kind},
+                "tiers": [name for name, done in tiers.items()
+                          if isinstance(done, dict) and done.get("used")]}
 
 
 def _pending_start(messages: Sequence[Message]) -> int:
