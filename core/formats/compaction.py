@@ -25,6 +25,9 @@ KINDS: tuple[str, ...] = ("coding", "tool", "chat", "meeting")
 SUMMARY_MARK = "[compactor]"
 #: The smallest summary: the short marker line with the expand ids (at most ~45 tokens).
 MIN_SUMMARY_TOKENS = 48
+#: The least a summary may take beside the request being worked on kept verbatim: its marker line
+#: alone (the dropped range and its ids), without the metadata.
+MIN_MARKER_TOKENS = 36
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +120,7 @@ def plan_compaction(messages: Sequence[Message], costs: Sequence[int], budget: i
         extra = sum(_cost(costs, u) for u in stretch)
         if (stretch and stretch[0].start == latest[0] and all(u.complete for u in stretch)
                 and tail_cost + extra <= max(cap, room // 2)
-                and room - tail_cost - extra >= MIN_SUMMARY_TOKENS):
+                and room - tail_cost - extra >= MIN_MARKER_TOKENS):
             tail = [*stretch, *tail]
             tail_cost += extra
             tail_start = latest[0]

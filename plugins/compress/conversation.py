@@ -80,6 +80,8 @@ TIGHT = 400
 #: Chats and meetings: the share of the room the latest turns may take verbatim (the rest is chosen
 #: by value per token, whole short turns included, wherever they are in the history).
 PEOPLE_TAIL_SHARE = 0.2
+#: About what a tight summary's marker line and metadata take (ids, counts, quality).
+FRAME_TOKENS = 80
 #: A target ratio's output fills at least this share of its budget (`fill: true`; a retry of
 #: `validate.ratio` asks for its own `min_fill`), by keeping more of the latest turns verbatim: the
 #: tail's share of the room is raised step by step.
@@ -1152,7 +1154,8 @@ def _room_for_request(history: hx.History, source: Source, plan: Plan, costs: Se
     if current is None or not plan.tail or any(
             current.text in history.messages[i].content for i in (*plan.head, *plan.tail)):
         return plan  # none, or kept verbatim anyway (an earlier summary quoted the task in the head)
-    need = 2 * (counter.count(hx.quoted(current.text)) + 12)
+    line = counter.count(hx.quoted(current.text)) + 12  # with its label and citation
+    need = max(2 * line, line + FRAME_TOKENS)  # half the summary, and the marker and metadata beside it
     tail_cost = sum(costs[i] for i in plan.tail)
     if plan.summary_tokens >= need or plan.summary_tokens + tail_cost < need:
         return plan
