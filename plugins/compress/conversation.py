@@ -82,6 +82,10 @@ TIGHT = 400
 PEOPLE_TAIL_SHARE = 0.2
 #: About what a tight summary's marker line and metadata take (ids, counts, quality).
 FRAME_TOKENS = 80
+#: How much of a summary the start of a request too long to quote whole may take: an eighth, and
+#: half when a target ratio asks to fill the room.
+REQUEST_SHARE = 0.125
+FILL_REQUEST_SHARE = 0.5
 #: A target ratio's output fills at least this share of its budget (`fill: true`; a retry of
 #: `validate.ratio` asks for its own `min_fill`), by keeping more of the latest turns verbatim: the
 #: tail's share of the room is raised step by step.
@@ -360,6 +364,13 @@ class EightSegment(Component):
                 best, best_size = (candidate, written), got
             if best_size >= goal:
                 break
+        if best_size < goal:  # a message too long for the tail: the summary quotes more of the request
+            candidate = best[0]
+            written = self._draft(history, source, candidate, costs, counter, role, weights, focus,
+                                  frame={**frame, "request_share": FILL_REQUEST_SHARE})
+            got = size(candidate, written)
+            if best_size < got <= limit:
+                best = (candidate, written)
         return best
 
     def _draft(self, history: hx.History, source: Source, plan: Plan, costs: Sequence[int],
@@ -374,7 +385,8 @@ class EightSegment(Component):
         return self.write(history, source, plan.head, plan.tail, plan.dropped, plan.summary_tokens, counter,
                           role=role, original_tokens=plan.original_tokens, kept_tokens=kept,
                           weights=weights, focus=focus, expand_tool=frame.get("expand_tool", EXPAND_TOOL),
-                          original_chars=int(frame.get("original_chars", 0)), kept_chars=kept_chars)
+                          original_chars=int(frame.get("original_chars", 0)), kept_chars=kept_chars,
+                          request_share=float(frame.get("request_share", REQUEST_SHARE)))
 
     def _write_people(self, history: hx.History, source: Source, plan: Plan, costs: Sequence[int],
                       counter: TokenCounter, meeting: bool, weights: Mapping[int, float],
@@ -448,8 +460,9 @@ class EightSegment(Component):
               dropped: Sequence[int], allowance: int, counter: TokenCounter, *, role: str | None = None,
               original_tokens: int = 0, kept_tokens: int = 0, weights: Mapping[int, float] | None = None,
               focus: frozenset[str] = frozenset(), expand_tool: str | None = EXPAND_TOOL,
-              original_chars: int = 0, kept_chars: int = 0) -> Draft:
-        """The rule summary of the dropped messages within `allowance` tokens (never more)."""
+              original_chars: int = 0, kept_chars: int = 0, request_share: float = 0.125) -> Draft:
+        """The rule summary of the dropped messages within `allowance` tokens (never more);
+        `request_share`: how much of it the start of a request too long to quote whole may take."""
         zh = _chinese(history)
         visible = [i for i in dropped if role is None or history.kinds[i] in ("user", "system")
                    or history.speakers[i] == role
@@ -463,7 +476,7 @@ class EightSegment(Component):
         tight = allowance < TIGHT
         citations = hx.Citations(history, dropped, source.id, brief=tight)
         asked, first_kept = hx.requests(history, dropped, citations)
-        requested, covered = request_items(asked, first_kept, allowance, counter, zh)
+        requested, covered = request_items(asked, first_kept, allowance, counter, zh, request_share)
         quoted = {(r.index, r.carried) for r in asked if r.carried}
         pools = self._candidates(history, visible, head, tail, kept_text, citations, covered, quoted)
         if requested:
@@ -1056,16 +1069,17 @@ def quality_score(history: hx.History, dropped: Sequence[int], text: str, kept_t
 
 
 def request_items(asked: Sequence[hx.Request], first_kept: bool, allowance: int, counter: TokenCounter,
-                  zh: bool = False) -> tuple[list[hx.Item], frozenset[int]]:
+                  zh: bool = False, share: float = 0.125) -> tuple[list[hx.Item], frozenset[int]]:
     """The request lines that open Primary Request and Intent, and the user messages they quote.
 
     The current request (the person's latest turn, when it is summarised) is quoted in full
     whenever it takes at most half the summary's allowance, and the first request (the task
     statement, when it is summarised too) in full when it fits in what the current one leaves of
     that half: such a line is mandatory, never shortened and never dropped. A current request over
-    its half is quoted from its start, as much as an eighth of the allowance holds (mandatory too,
-    every summary saying what is being worked on, but under a tight allowance, where the values the
-    next turns need come first); a first request over what is left is an ordinary candidate. When
+    its half is quoted from its start, as much as `share` of the allowance holds (an eighth; more
+    when a target ratio asks to fill the room) (mandatory too, every summary saying what is being
+    worked on, but under a tight allowance, where the values the next turns need come first); a
+    first request over what is left is an ordinary candidate, its start as long. When
     the first request is kept verbatim before the summary, a line says so (not under a tight
     allowance)."""
     half = allowance // 2
@@ -1082,11 +1096,16 @@ def request_items(asked: Sequence[hx.Request], first_kept: bool, allowance: int,
                                  short=_request_lead(opening, request.text, half // 2, counter)))
             half -= cost
         elif request.which == "current":
-            room = min(half, max(MIN_SUMMARY_TOKENS, allowance // 8))
+            room = min(max(half, int(share * allowance)) if share > 0.125 else half,
+                       max(MIN_SUMMARY_TOKENS, int(allowance * share)))
             shortened = _request_lead(opening, request.text, room, counter)
             items.append(hx.Item(shortened, (request.index,), 4.0, order, mandatory=allowance >= TIGHT,
                                  short=_request_lead(opening, request.text, room // 2, counter)))
             half -= counter.count(f"- {shortened}\n")
+        elif share > 0.125:  # a room to fill: as much of the task's start as `share` holds
+            items.append(hx.Item(_request_lead(opening, request.text, int(share * allowance), counter),
+                                 (request.index,), 3.0, order,
+                                 short=_request_lead(opening, request.text, 160, counter)))
         else:
             items.append(hx.Item(line, (request.index,), 3.0, order,
                                  short=_request_lead(opening, request.text, 160, counter)))
