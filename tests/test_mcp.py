@@ -142,6 +142,9 @@ def test_compact_messages_ids_expand_in_a_later_server(tmp_path: Path) -> None:
     assert short["messages"][0] == messages[0] and short["messages"][-1] == messages[-1]
     assert short["summary"] and any(short["summary"] in str(m["content"]) for m in short["messages"])
     assert NEEDLE in short["summary"]
+    # the summary tells the model to call the tool as this server offers it
+    assert 'expand(ids=["' in short["summary"] or 'expand(["' in short["summary"]
+    assert "expand_context" not in json.dumps(short["messages"])
     assert len(short["dropped_ids"]) > 10
     sent = sum(counter.count(str(m["content"])) for m in short["messages"])
     assert sent <= short["output_tokens"]
