@@ -223,3 +223,42 @@ def test_editing_what_was_sent_does_not_leak_into_later_turns() -> None:
     full += _turn(99)
     again = auto.maybe_compact(full)
     assert all(m.get("content") != "EDITED BY THE CALLER" for m in again)
+
+
+def test_extra_tokens_count_for_one_call_and_leave_tools_tokens_alone() -> None:
+    # one compactor shared by two loops: one counts its request's own overhead (extra_tokens) for its
+    # call; the other, polling all the while, sees tools_tokens and the trigger as configured
+    import threading
+
+    during: list[int] = []
+    auto = AutoCompactor(window=3_000, reserve=1_000, tools_tokens=100, on_compact=lambda _: during.append(
+        auto.tools_tokens))
+    history = _history(12)
+    extra = auto.trigger_tokens - auto.tokens(history) + 50  # over the trigger only with the extra
+    assert extra > 0 and not auto.should_compact(history) and auto.should_compact(history, extra_tokens=extra)
+    other = _history(10)
+    seen: list[tuple[int, bool]] = []
+    done = threading.Event()
+
+    def other_loop() -> None:
+        while not done.is_set():
+            seen.append((auto.tools_tokens, auto.should_compact(other)))
+
+    watcher = threading.Thread(target=other_loop)
+    watcher.start()
+    try:
+        assert auto.maybe_compact(history) == history  # without the extra: under the trigger
+        out = auto.maybe_compact(history, extra_tokens=extra)
+    finally:
+        done.set()
+        watcher.join()
+    assert auto.compactions == 1 and during == [100] and auto.tools_tokens == 100
+    assert seen and set(seen) == {(100, False)}
+    # the room the history was compacted into leaves the extra out; tokens_after counts it
+    assert auto.tokens(out, extra_tokens=extra) <= auto.trigger_tokens
+    assert auto.history[-1].tokens_after == auto.tokens(out, extra_tokens=extra)
+    assert auto.history[-1].tokens_before == auto.tokens(history, extra_tokens=extra)
+    with pytest.raises(compactor.InputError, match="extra_tokens"):
+        auto.maybe_compact(history, extra_tokens=-1)
+    with pytest.raises(compactor.InputError, match="extra_tokens"):
+        auto.compact(history, extra_tokens=True)  # type: ignore[arg-type]

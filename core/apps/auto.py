@@ -85,6 +85,11 @@ class AutoCompactor:
     trigger; a summary compacts to `target` (of the room the system message(s) leave, when they
     take much of it). `on_compact` is called with each `Compaction`, for a monitor or a log
     line; `record=False` keeps compactions out of the store's run records.
+
+    One compactor may serve several loops at once (threads, tasks). Overhead that belongs to one
+    request (an agent's instructions, that call's tool schemas) goes in that call's `extra_tokens=`
+    (`tokens`, `should_compact`, `maybe_compact`, `compact`), added to `tools_tokens` for that
+    call only: changing `tools_tokens` around a call would change it for every loop.
     """
 
     def __init__(self, window: int, *, reserve: int | None = None, trigger: int | float | None = None,
@@ -139,58 +144,67 @@ class AutoCompactor:
         """Tokens the compactions removed from the requests that followed them (sum over compactions)."""
         return sum(c.tokens_saved for c in self.history)
 
-    def tokens(self, messages: Sequence[Any]) -> int:
-        """What `messages` cost in a request, plus `tools_tokens`."""
-        return messages_tokens(read_messages(list(messages)), self._counter) + self.tools_tokens
+    def tokens(self, messages: Sequence[Any], *, extra_tokens: int = 0) -> int:
+        """What `messages` cost in a request, plus `tools_tokens` and this call's `extra_tokens`."""
+        overhead = self._overhead(extra_tokens)
+        return messages_tokens(read_messages(list(messages)), self._counter) + overhead
 
-    def should_compact(self, messages: Sequence[Any]) -> bool:
-        """Whether the history has passed the trigger."""
-        return self.tokens(messages) > self.trigger_tokens
+    def should_compact(self, messages: Sequence[Any], *, extra_tokens: int = 0) -> bool:
+        """Whether the history (with `extra_tokens` of this request's own overhead) has passed the
+        trigger."""
+        return self.tokens(messages, extra_tokens=extra_tokens) > self.trigger_tokens
 
-    def maybe_compact(self, messages: Sequence[Any]) -> list[Any]:
+    def maybe_compact(self, messages: Sequence[Any], *, extra_tokens: int = 0) -> list[Any]:
         """`messages` as they are while under the trigger (the same objects, in a new list);
         past it, the compacted history as plain message dicts (a `CompactedMessages`).
+        `extra_tokens`: overhead this request adds to `tools_tokens` (as in `compact`).
 
         Either loop works: one that sends back what this returned plus its new turns, and one that
         keeps the full original history and passes all of it every time. For the second (with
         `remember`, the default), a history that starts with the one compacted last is read as
         that compaction's result plus the new turns, so it is not compacted again from scratch."""
+        overhead = self._overhead(extra_tokens)
         self.checks += 1
         items = list(messages)
         parsed = read_messages(items)
         memo = self._memo  # only set with `remember`
         if memo is not None and len(items) >= memo[0] and _digest(parsed[:memo[0]]) == memo[1]:
             current = [*copy.deepcopy(memo[2]), *items[memo[0]:]]  # the caller may edit what it gets
-            before = self.tokens(current)
+            before = messages_tokens(read_messages(current), self._counter) + overhead
         else:
-            current, before = items, messages_tokens(parsed, self._counter) + self.tools_tokens
+            current, before = items, messages_tokens(parsed, self._counter) + overhead
         if before <= self.trigger_tokens:
             return current
-        result = self.compact(current, tokens_before=before)
+        result = self.compact(current, tokens_before=before, extra_tokens=extra_tokens)
         if self.remember:
             self._memo = (len(items), _digest(parsed), copy.deepcopy(list(result)))
         return result
 
     def compact(self, messages: Sequence[Any], *, tokens_before: int | None = None,
-                budget: int | None = None) -> CompactedMessages:
+                budget: int | None = None, extra_tokens: int = 0) -> CompactedMessages:
         """Compact now, whatever the size (a `/compact` command).
 
         A tool call still waiting for its results at the end (the loop compacts between the model's
         call and running the tools) stays verbatim after the summary, so the results the loop appends
         next still answer it. When the system message(s) leave no room for a summary at `target`,
         the compaction takes more of the room below the trigger rather than failing the loop.
-        `budget` (tokens, `tools_tokens` included): compact to it and no higher, in place of the
-        target and the trigger, for this call only (an overflow retry); the settings stay as they are,
-        so loops sharing this compactor are not affected.
+        `budget` (tokens, `tools_tokens` and `extra_tokens` included): compact to it and no higher,
+        in place of the target and the trigger, for this call only (an overflow retry); the settings
+        stay as they are, so loops sharing this compactor are not affected.
+        `extra_tokens`: what this request spends outside the messages beyond `tools_tokens` (an
+        agent's instructions, this call's tool schemas), for this call only: it lowers the room the
+        history is compacted into and is counted in the compaction's `tokens_after`, as
+        `tools_tokens` is. `tokens_before`, when given, includes it.
         """
         if budget is not None and (not _count(budget) or budget <= 0):
             raise InputError(f"budget must be a positive number of tokens, not {budget!r}")
+        overhead = self._overhead(extra_tokens)  # read once: another loop may set tools_tokens meanwhile
         items = list(messages)
-        before = self.tokens(items) if tokens_before is None else tokens_before
         parsed = read_messages(items)
+        before = messages_tokens(parsed, self._counter) + overhead if tokens_before is None else tokens_before
         target, trigger = (self.target_tokens, self.trigger_tokens) if budget is None else (budget, budget)
-        budget = max(1, target - self.tools_tokens)
-        ceiling = max(budget, trigger - self.tools_tokens)
+        budget = max(1, target - overhead)
+        ceiling = max(budget, trigger - overhead)
         split = _pending_start(parsed)
         pending_tokens = messages_tokens(parsed[split:], self._counter) - TOKENS_PER_REPLY
         if split == len(parsed) or split < 2 or pending_tokens > budget // 2:
@@ -216,7 +230,7 @@ class AutoCompactor:
             result.extend(to_dict(m) for m in parsed[split:])
             result.report["tail"] = [*result.report.get("tail", ()), *range(split, len(parsed))]
             result.report["output_tokens"] = result.report.get("output_tokens", 0) + pending_tokens
-        after = result.report.get("output_tokens", before) + self.tools_tokens
+        after = result.report.get("output_tokens", before) + overhead
         event = Compaction(self.checks, before, after, tuple(result.dropped_ids), result.report.get("kind"))
         self.history.append(event)
         self.last = result
@@ -232,6 +246,12 @@ class AutoCompactor:
         if self.on_compact is not None:
             self.on_compact(event)
         return result
+
+    def _overhead(self, extra_tokens: int) -> int:
+        """`tools_tokens` plus a call's `extra_tokens` (checked: a count of 0 or more)."""
+        if not _count(extra_tokens) or extra_tokens < 0:
+            raise InputError(f"extra_tokens must be 0 or more tokens, not {extra_tokens!r}")
+        return self.tools_tokens + extra_tokens
 
     def _compact_within(self, items: list[Any], parsed: Sequence[Message], budget: int,
                         ceiling: int) -> CompactedMessages:
