@@ -203,6 +203,42 @@ def test_a_retry_leaves_the_shared_compactors_trigger_and_target_alone(openai_se
     assert seen and not any(seen)
 
 
+def test_a_retry_counts_its_requests_tools_without_changing_the_compactor(openai_server: FakeOpenAI) -> None:
+    # the wrapper's own compactor: each request's tool schemas are that retry's extra_tokens, so a
+    # loop reading the compactor while a retry runs sees tools_tokens as configured
+    during: list[int] = []
+    client = _client(openai_server, window=100_000, keep_last=2, tools_tokens=10,
+                     on_compact=lambda _: during.append(client.auto.tools_tokens))  # type: ignore[union-attr]
+    auto = client.auto
+    assert auto is not None and auto.tools_tokens == 10
+    seen: list[int] = []
+    done = threading.Event()
+
+    def other_loop() -> None:
+        while not done.is_set():
+            seen.append(auto.tools_tokens)
+
+    openai_server.respond = overflow_above(WINDOW)
+    history = _history()
+    watcher = threading.Thread(target=other_loop)
+    watcher.start()
+    try:
+        client.chat.completions.create(model="m", messages=history, tools=TOOLS)
+    finally:
+        done.set()
+        watcher.join()
+    assert client.retries == 1 and during == [10] and auto.tools_tokens == 10
+    assert seen and set(seen) == {10}
+    # the schemas were counted for the retry: the messages and the schemas fit the retry's target
+    tools = auto.counter.count(json.dumps([TOOLS], ensure_ascii=False))
+    assert tools > 10
+    sent = openai_server.requests[1].json["messages"]
+    stated = _Status(f"maximum context length is {WINDOW} tokens. However, your messages resulted in "
+                     f"{_tokens(history)} tokens.", 400)
+    assert _tokens(sent) + tools <= retry_target(stated, _tokens(history) + tools)
+    assert auto.history[0].tokens_after == _tokens(sent) + tools
+
+
 def test_compact_to_a_budget_for_one_call() -> None:
     auto = compactor.AutoCompactor(window=4_000, target=600)
     history = _history()

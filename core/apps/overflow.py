@@ -95,8 +95,8 @@ def retry_target(exc: BaseException, tokens: int) -> int:
     return max(1, int(base * RETRY_SHARE))
 
 
-def compact_for_retry(auto: AutoCompactor, messages: Sequence[Any],
-                      exc: BaseException) -> CompactedMessages | None:
+def compact_for_retry(auto: AutoCompactor, messages: Sequence[Any], exc: BaseException, *,
+                      extra_tokens: int = 0) -> CompactedMessages | None:
     """`messages` compacted with `auto` for a retry after the overflow `exc`, or None when that
     cannot make the request smaller (nothing to compact, or the system prompt leaves no room: the
     compactor's `BudgetError` is logged). Any other error of the compactor is raised.
@@ -106,17 +106,19 @@ def compact_for_retry(auto: AutoCompactor, messages: Sequence[Any],
     compaction goes down to that target, not merely under the trigger (`AutoCompactor.compact`'s
     `budget`). The compaction is one of `auto`'s (counted, recorded, its ids expandable); its
     trigger and target are never changed, so other loops sharing `auto` (other threads, other
-    tasks) keep compacting at their own settings while a retry runs.
+    tasks) keep compacting at their own settings while a retry runs. `extra_tokens`: what the
+    failed request spent outside its messages beyond `auto.tools_tokens` (its tool schemas),
+    counted for this retry only (`AutoCompactor.compact`'s `extra_tokens`), for the same reason.
     """
     items = list(messages)
-    before = auto.tokens(items)
+    before = auto.tokens(items, extra_tokens=extra_tokens)
     target = max(1, min(auto.target_tokens, retry_target(exc, before)))
     try:
-        compacted = auto.compact(items, tokens_before=before, budget=target)
+        compacted = auto.compact(items, tokens_before=before, budget=target, extra_tokens=extra_tokens)
     except BudgetError as error:  # the system prompt alone leaves no room: nothing to retry with
         log.warning("context overflow at %d tokens: no room to compact into (%s)", before, error)
         return None
-    after = auto.tokens(compacted)
+    after = auto.tokens(compacted, extra_tokens=extra_tokens)
     if after >= before:
         return None
     log.info("context overflow at %d tokens: compacted to %d, retrying once", before, after)
@@ -187,7 +189,8 @@ class OverflowRetry:
         self.last_messages: list[Any] | None = None
         self.retries = 0
         #: A compactor the wrapper built counts each request's tool schemas (at least the configured
-        #: `tools_tokens`); a caller's own compactor is used as it is.
+        #: `tools_tokens`, which stays its `tools_tokens`: the rest is the retry's `extra_tokens`);
+        #: a caller's own compactor is used as it is.
         self._owned = owned
         self._target = target
         self._options = dict(options or {})
@@ -207,25 +210,27 @@ class OverflowRetry:
     def __repr__(self) -> str:  # the client's type only: its repr could carry a key or a base_url
         return f"OverflowRetry({type(self.client).__name__}, {self.auto!r}, retries={self.retries})"
 
-    def _compactor(self, messages: Sequence[Any], request: Mapping[str, Any]) -> AutoCompactor:
-        """The compactor for this overflow; without a window, built at the first one, with the failed
-        request's size as its window."""
+    def _compactor(self, messages: Sequence[Any], request: Mapping[str, Any]) -> tuple[AutoCompactor, int]:
+        """The compactor for this overflow and the request's overhead beyond its `tools_tokens` (its
+        tool schemas, for this retry only: concurrent requests may carry other tools); without a
+        window, the compactor is built at the first overflow, with the failed request's size as its
+        window."""
         if self.auto is not None and not self._owned:
-            return self.auto
+            return self.auto, 0
         encoding = self._options.get("encoding", "cl100k_base")
         counter = self.auto.counter if self.auto is not None else get_counter(encoding)
-        tools = max(self._configured_tools, _request_overhead(request, counter))
+        extra = max(0, _request_overhead(request, counter) - self._configured_tools)
         if self.auto is None:
-            size = max(2, count_message_tokens(messages, encoding) + tools)
+            size = max(2, count_message_tokens(messages, encoding) + self._configured_tools + extra)
             target = self._target if isinstance(self._target, float) else min(self._target, size)
-            self.auto = AutoCompactor(size, trigger=1.0, target=target, tools_tokens=tools, **self._options)
-        else:
-            self.auto.tools_tokens = tools
-        return self.auto
+            self.auto = AutoCompactor(size, trigger=1.0, target=target, tools_tokens=self._configured_tools,
+                                      **self._options)
+        return self.auto, extra
 
     def _retry_messages(self, messages: Sequence[Any], request: Mapping[str, Any],
                         exc: BaseException) -> CompactedMessages | None:
-        return compact_for_retry(self._compactor(messages, request), messages, exc)
+        auto, extra = self._compactor(messages, request)
+        return compact_for_retry(auto, messages, exc, extra_tokens=extra)
 
 
 class _Chat:
