@@ -515,3 +515,42 @@ def test_from_compaction_refuses_a_compaction_of_other_items() -> None:
     shifted = [{"role": "user", "content": "first"}, *items]
     with pytest.raises(CompactorError, match="does not line up"):
         from_compaction(shifted, to_messages(shifted)[1], compacted)
+
+
+def test_the_input_filter_counts_the_instructions_without_changing_the_shared_compactor() -> None:
+    # the agent's instructions are this call's overhead (extra_tokens): a loop reading the session's
+    # compactor meanwhile sees tools_tokens as configured, during the compaction and after it
+    import threading
+
+    from agents.run_config import CallModelData, ModelInputData
+
+    during: list[int] = []
+    session = CompactorSession("shared", window=3_000, reserve=1_200, tools_tokens=200, keep_last=2,
+                               on_compact=lambda _: during.append(session.auto.tools_tokens))
+    instructions = "You are a support agent for an online shop. " + "Check every order first. " * 60
+    extra = session.auto.counter.count(instructions) + 4
+    items = [item for i in range(6) for item in _lookup(i, f"Order #W{3000 + i} found.")]
+    other = to_messages(items[:4])[0]  # another loop's short history
+    seen: list[tuple[int, bool]] = []
+    done = threading.Event()
+
+    def other_loop() -> None:
+        while not done.is_set():
+            seen.append((session.auto.tools_tokens, session.auto.should_compact(other)))
+
+    given = ModelInputData(input=items, instructions=instructions)  # type: ignore[arg-type]
+    data: CallModelData[Any] = CallModelData(model_data=given, agent=None, context=None)  # type: ignore[arg-type]
+    watcher = threading.Thread(target=other_loop)
+    watcher.start()
+    try:
+        sent = session.input_filter(data)
+    finally:
+        done.set()
+        watcher.join()
+    assert session.compactions == 1 and during == [200] and session.auto.tools_tokens == 200
+    assert seen and set(seen) == {(200, False)}
+    assert sent.instructions == instructions
+    # the instructions were counted for the call: what is sent fits the trigger with them
+    messages = to_messages(sent.input)[0]  # type: ignore[arg-type]
+    assert session.auto.tokens(messages, extra_tokens=extra) <= session.auto.trigger_tokens
+    assert session.auto.history[-1].tokens_after == session.auto.tokens(messages, extra_tokens=extra)

@@ -167,10 +167,11 @@ class CompactorSession(AutoCounters):
                 self._save(view)
             return out
 
-    def _compact_view(self, raw: list[dict[str, Any]], view: dict[str, Any] | None,
+    def _compact_view(self, raw: list[dict[str, Any]], view: dict[str, Any] | None, *, extra_tokens: int = 0,
                       ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         """`raw` as sent: the items of `view` (an earlier compaction of a prefix of `raw`) plus the
-        rest, compacted when past the trigger; and the new view when it compacted, else None."""
+        rest, compacted when past the trigger; and the new view when it compacted, else None.
+        `extra_tokens`: this request's overhead beyond `tools_tokens` (`AutoCompactor.compact`'s)."""
         if view is not None and not _covers(view, raw):
             view = None  # items were popped or replaced under it: start from the items given
         covered = 0 if view is None else view["covered"]
@@ -183,13 +184,14 @@ class CompactorSession(AutoCounters):
         # compaction puts the pins in again as they read now, and the indices of its report must be
         # those of the message list it was given (`AutoCompactor.maybe_compact` would measure
         # without the pins, and `compact` would drop them from the list itself)
-        before = self.auto.tokens(to_messages(current)[0])
+        before = self.auto.tokens(to_messages(current)[0], extra_tokens=extra_tokens)
         self.auto.checks += 1
         if before <= self.auto.trigger_tokens:
             return drop_orphan_outputs(current), None
         history = _without_pins(current, self._pins)
         messages, owners = to_messages(history)
-        out, pins = _from_compaction(history, owners, self.auto.compact(messages, tokens_before=before))
+        compacted = self.auto.compact(messages, tokens_before=before, extra_tokens=extra_tokens)
+        out, pins = _from_compaction(history, owners, compacted)
         self._pins = pins
         return out, {"covered": len(raw), "digest": _digest(raw), "items": out, "pins": pins}
 
@@ -198,19 +200,16 @@ class CompactorSession(AutoCounters):
     def input_filter(self, data: CallModelData[Any]) -> ModelInputData:
         """A `RunConfig.call_model_input_filter`: compacts before every model call of a run, not only
         when the run starts (a run of many tool calls grows its input past the trigger). The
-        agent's instructions are counted against the trigger. Kept items are the run's own objects;
-        the run's view is kept in this process until the next run reads the session."""
+        agent's instructions are counted against the trigger, for this call only (`extra_tokens`:
+        runs of agents with other instructions may share the session's compactor meanwhile). Kept
+        items are the run's own objects; the run's view is kept in this process until the next run
+        reads the session."""
         given = data.model_data
         instructions = given.instructions or ""
         extra = self.auto.counter.count(instructions) + 4 if instructions else 0  # sent as a system message
         raw = [_as_dict(i) for i in given.input]
         with self._lock:
-            configured = self.auto.tools_tokens
-            self.auto.tools_tokens = configured + extra
-            try:
-                out, view = self._compact_view(raw, self._run_view)
-            finally:
-                self.auto.tools_tokens = configured
+            out, view = self._compact_view(raw, self._run_view, extra_tokens=extra)
             if view is not None:
                 self._run_view = view
         return ModelInputData(input=cast(list[TResponseInputItem], out), instructions=given.instructions)
