@@ -233,14 +233,15 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
                         ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
         """Measures the request's system prompt and tool schemas (not in the state) for the next
         check; on a context overflow, compacts the request's messages and calls the model once more."""
-        self._measure(request)
+        overhead = self._measure(request)
         try:
             return handler(request)
         except Exception as exc:
             if not is_context_overflow(exc):
                 raise
             failure = exc
-            retry = self._overflow_retry(request, exc)  # a compactor error carries the overflow as context
+            # a compactor error carries the overflow as its context
+            retry = self._overflow_retry(request, exc, overhead)
         if retry is None:
             raise failure
         return self._with_state(request, retry, handler(retry))
@@ -249,24 +250,29 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
                                handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
                                ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
         """As `wrap_model_call`."""
-        self._measure(request)
+        overhead = self._measure(request)
         try:
             return await handler(request)
         except Exception as exc:
             if not is_context_overflow(exc):
                 raise
             failure = exc
-            retry = self._overflow_retry(request, exc)  # a compactor error carries the overflow as context
+            # a compactor error carries the overflow as its context
+            retry = self._overflow_retry(request, exc, overhead)
         if retry is None:
             raise failure
         return self._with_state(request, retry, await handler(retry))
 
-    def _overflow_retry(self, request: ModelRequest[Any], failure: BaseException) -> ModelRequest[Any] | None:
+    def _overflow_retry(self, request: ModelRequest[Any], failure: BaseException,
+                        overhead: int) -> ModelRequest[Any] | None:
         """The request with its messages compacted after `failure`, or None when that cannot make
-        it smaller (the overflow is then raised as it came)."""
+        it smaller (the overflow is then raised as it came). `overhead`: what this request spends
+        outside its messages (`_measure`); the part the compactor's `tools_tokens` does not cover
+        (another request with fewer tools measured since) is this retry's `extra_tokens`."""
         messages = list(request.messages)
         dicts, owners = openai_messages(messages)
-        compacted = compact_for_retry(self.auto, dicts, failure)  # tools_tokens: the measured overhead
+        extra = max(0, overhead - self.auto.tools_tokens)
+        compacted = compact_for_retry(self.auto, dicts, failure, extra_tokens=extra)
         if compacted is None:
             return None
         if compacted.summary is not None and "head" in compacted.report:
@@ -290,7 +296,10 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
         update = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *retry.messages, *response.result]
         return ExtendedModelResponse(model_response=response, command=Command(update={"messages": update}))
 
-    def _measure(self, request: ModelRequest[Any]) -> None:
+    def _measure(self, request: ModelRequest[Any]) -> int:
+        """What `request` spends outside the state's messages (its system prompt, tool and
+        structured-output schemas); it becomes the compactor's `tools_tokens` (at least the
+        configured one), the overhead learned for the next checks, which cannot see the request."""
         counter = self.auto.counter
         overhead = 0
         if request.system_message is not None:
@@ -301,7 +310,10 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
         if schemas:
             overhead += counter.count(json.dumps(schemas, ensure_ascii=False, default=str))
         self.request_overhead = overhead
-        self.auto.tools_tokens = max(self.configured_tools_tokens, overhead)
+        counted = max(self.configured_tools_tokens, overhead)
+        if self.auto.tools_tokens != counted:  # learned once while the agent's prompt and tools stay
+            self.auto.tools_tokens = counted
+        return counted
 
 
 def response_format_schemas(response_format: Any) -> list[dict[str, Any]]:
