@@ -10,19 +10,28 @@ The step report records the decision, the estimated tokens and the reason, like 
 fields (`compression_decision`, `estimated_tokens`, `decision_reason`).
 
 Rule extracts are spans of the original text, so every kept sentence traces to its chunk. With
-`llm: true` the map and reduce prompts (package data, overridable) run on the pipeline's LLM, each
-reply limited to its allowance (a map reply to its share of the target, the reduce reply to the
-target: the `max_tokens` sent) and checked by the LLM guard (`compactor.llm.guard`): a
-refusal, an instruction, an invented number, date or name, or a reply keeping less than
-`min_coverage` (default 0.25) of its input's weighted key content is rejected, and the rule result
-stays (reported in the step report and on stderr).
+`llm: true` the map and reduce prompts (package data, overridable) run on the pipeline's LLM, and
+every reply is checked by the LLM guard (`compactor.llm.guard`): a refusal, an instruction, an
+invented number, date or name, a reply over its allowance (the `max_tokens` sent) or one keeping
+less than `min_coverage` (default 0.25) of its input's weighted key content is rejected. The guard
+decides per reply, so paid calls are not thrown away for one bad answer:
+
+- map: each chunk's reply (allowance: its share of the target) is used when accepted; a refused
+  chunk contributes its rule extract instead. With no reply accepted the rule result stays.
+- reduce: one call merges that mix (allowance: the routing threshold, or the budget). Refused, the
+  mix itself is the reduced text when it fits that allowance; otherwise the rule result stays.
+- second pass: when the reduced text is over the second-pass target (`max_tokens // 2`, or the
+  budget) one more call condenses it to the target; refused, the reduced text stays.
+
+The step report says what each stage used (`llm_map_accepted`, `llm_map_refused`, `llm_reduce`,
+`llm_second_pass`) and carries `data_source_note`, the line a reporter adds under its report.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from compactor.components import Component, DataPath
 from compactor.document import Chunk, Context, Segment, frozen_mapping
@@ -37,6 +46,7 @@ from compactor.run import Run
 from compactor.text import terms as ts
 from compactor.text.language import is_chinese
 from compactor.text.sentences import split_sentences
+from compactor.text.tokens import TokenCounter
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +68,11 @@ def _sentences(chunk: Chunk) -> list[Sentence]:
     return out
 
 
-def _score(sentences: list[Sentence], query: str | None, run: Run) -> list[Sentence]:
+def _score(sentences: list[Sentence], query: str | None, counter: TokenCounter) -> list[Sentence]:
     """Query relevance (idf-weighted share of query terms) plus information (numbers, names)."""
     query_terms = set(ts.terms(query or ""))
     idf = fx.query_idf((s.terms for s in sentences), query_terms)
-    costs = run.counter.count_many([s.chunk.text[s.start:s.end] for s in sentences])
+    costs = counter.count_many([s.chunk.text[s.start:s.end] for s in sentences])
     scored = []
     for s, cost in zip(sentences, costs, strict=True):
         info = fx.information(s.chunk.text[s.start:s.end])
@@ -80,6 +90,34 @@ def _best(sentences: list[Sentence], limit: int) -> list[Sentence]:
             chosen.append(s)
             used += s.tokens
     return sorted(chosen, key=lambda s: (s.chunk.source_id, s.chunk.start + s.start))
+
+
+#: Decisions of the token router, as the report graph's state names them.
+DIRECT: Final = "direct_to_reporter"
+COMPRESS: Final = "compress_first"
+
+#: The line a reporter adds under its report: which text it was written from.
+DATA_SOURCE_NOTES = {
+    ("summarized", "en"): "Note: this report is based on summarized research content.",
+    ("summarized", "zh"): "注意: 本报告基于智能摘要的研究内容生成。",
+    ("full", "en"): "Note: this report is based on the full research content.",
+    ("full", "zh"): "注意: 本报告基于完整的研究内容生成。",
+}
+
+
+def data_source_note(summarized: bool, lang: str = "en") -> str:
+    """The note for a report written from summarized (or full) observations, in `lang` ("en"/"zh")."""
+    return DATA_SOURCE_NOTES[("summarized" if summarized else "full", "zh" if lang == "zh" else "en")]
+
+
+def rule_extract(text: str, query: str | None, limit: int, counter: TokenCounter) -> str:
+    """What the rule map keeps of one chunk: its most query-relevant, informative sentences within
+    `limit` tokens (at least one), in reading order, one per line. The stand-in for a map reply
+    the guard refused."""
+    chunk = Chunk(id="extract", source_id="extract", index=0, start=0, end=len(text), text=text,
+                  tokens=counter.count(text))
+    scored = _score(_sentences(chunk), query, counter)
+    return "\n".join(text[s.start:s.end].strip() for s in _best(scored, max(1, limit))) if scored else ""
 
 
 class MapReduce(Component):
@@ -129,12 +167,15 @@ class MapReduce(Component):
         chunks = list(context.chunks)
         run.note("estimated_tokens", estimated)
         run.note("threshold", threshold)
+        lang = "zh" if is_chinese(c.text[:2000] for c in chunks[:5]) else "en"
         if estimated <= threshold:
-            run.note("compression_decision", "direct_to_reporter")
+            run.note("compression_decision", DIRECT)
+            run.note("data_source_note", data_source_note(False, lang))
             run.note("decision_reason", f"{estimated} tokens <= {threshold} "
                                         f"({self.max_tokens} x {self.safety_margin})")
             return context.evolve(segments=segments_for(context, [Kept(c, c.start, c.end) for c in chunks]))
-        run.note("compression_decision", "compress_first")
+        run.note("compression_decision", COMPRESS)
+        run.note("data_source_note", data_source_note(True, lang))
         run.note("decision_reason",
                  f"{estimated} tokens > {threshold} ({self.max_tokens} x {self.safety_margin})")
         extracts = self._map(chunks, context.query, run)
@@ -176,7 +217,7 @@ class MapReduce(Component):
         # threads (textstats.stem keeps one snowball stemmer per thread; its lru_cache is thread-safe).
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="compactor-map") as pool:
             per_chunk = list(pool.map(_sentences, chunks))
-        flat = _score([s for group in per_chunk for s in group], query, run)
+        flat = _score([s for group in per_chunk for s in group], query, run.counter)
         out: list[list[Sentence]] = []
         i = 0
         for chunk, group in zip(chunks, per_chunk, strict=True):
@@ -200,26 +241,52 @@ class MapReduce(Component):
 
     def _llm(self, chunks: list[Chunk], context: Context, target: int,
              run: Run) -> tuple[Segment, ...] | None:
-        """LLM map over the chunks, then an LLM reduce; None keeps the rule result."""
+        """LLM map over the chunks (a refused reply replaced by that chunk's rule extract), an LLM
+        reduce of that mix, and a second pass when the reduced text is over `target`; None keeps
+        the rule result."""
+        if not chunks:
+            return None
         lang = "zh" if is_chinese(c.text[:2000] for c in chunks[:5]) else "en"
-        per_map = max(200, target // max(len(chunks), 1))
+        per_map = max(200, target // len(chunks))
         query = context.query or ""
         maps = complete_guarded([Request(fill(template_for(self.map_prompt, "map", lang), query=query,
                                               budget=str(per_map), content=c.text), c.text, per_map,
                                          context.query)
                                  for c in chunks], run, min_coverage=self.min_coverage, label="map")
-        if any(m is None for m in maps):
+        refused = [i for i, m in enumerate(maps) if m is None]
+        run.note("llm_map_accepted", len(chunks) - len(refused))
+        run.note("llm_map_refused", refused)
+        if len(refused) == len(chunks):
             run.note("llm_used", False)
             return None
-        joined = "\n\n".join(m or "" for m in maps)
+        parts = [m if m is not None else rule_extract(c.text, context.query, per_map, run.counter)
+                 for c, m in zip(chunks, maps, strict=True)]
+        mix = "\n\n".join(p for p in parts if p.strip())
         source = "\n".join(c.text for c in chunks)
-        reduce_prompt = fill(template_for(self.reduce_prompt, "reduce", lang), query=query,
-                             budget=str(target), content=joined)
-        reduced = complete_guarded([Request(reduce_prompt, source, target, context.query)], run,
-                                   min_coverage=self.min_coverage, label="reduce")[0]
+        # the reduced text must fit what the reporter may receive: the routing threshold (or the budget)
+        ceiling = min(self.threshold, context.resolved_budget() or self.threshold)
+        reduce_template = template_for(self.reduce_prompt, "reduce", lang)
+        reduced = complete_guarded([Request(fill(reduce_template, query=query, budget=str(ceiling),
+                                                 content=mix), source, ceiling, context.query)],
+                                   run, min_coverage=self.min_coverage, label="reduce")[0]
         if reduced is None:
-            run.note("llm_used", False)
-            return None
+            if run.counter.count(mix) > ceiling:
+                run.note("llm_reduce", f"rejected; the mix is over {ceiling} tokens, rule result kept")
+                run.note("llm_used", False)
+                return None
+            run.note("llm_reduce", "rejected; the mix of map replies and rule extracts kept")
+            reduced = mix
+        else:
+            run.note("llm_reduce", "accepted")
+        tokens = run.counter.count(reduced)
+        run.note("llm_tokens_after_reduce", tokens)
+        if self.second_pass and tokens > target:
+            condensed = complete_guarded([Request(fill(reduce_template, query=query, budget=str(target),
+                                                       content=reduced), source, target, context.query)],
+                                         run, min_coverage=self.min_coverage, label="second pass")[0]
+            run.note("llm_second_pass", "accepted" if condensed is not None else
+                     "rejected; the reduced text kept")
+            reduced = condensed if condensed is not None else reduced
         run.note("llm_used", True)
         return (Segment(id="map-reduce", text=reduced, chunk_ids=tuple(c.id for c in chunks),
                         title="Summary", metadata=frozen_mapping({"llm": True})),)
