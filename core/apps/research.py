@@ -22,7 +22,8 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from compactor.apps.compacter import ContextCompacter
+from compactor.apps.compacter import ContextCompacter, fact_from_dict, fact_to_dict
+from compactor.apps.research_report import ResearchReport, TopicFindings, build_report
 from compactor.apps.tools import (
     EXPAND_TOOL,
     EXPAND_TOOL_NAME,
@@ -85,6 +86,8 @@ class ResearchSession:
         #: reason, fact ids, dropped message ids (the seed's `state.search_results`).
         self.search_results: list[dict[str, Any]] = []
         self._pending: list[dict[str, Any]] = []
+        #: The latest report (`report()`), the seed's `state.report`.
+        self.last_report: ResearchReport | None = None
         self._topic_start = 0
         self.add(*messages)
         self._topic_start = len(self.messages)
@@ -136,10 +139,36 @@ class ResearchSession:
         return entry
 
     def end_of_research(self, search_result_of_current_topic: str | None = None) -> list[dict[str, Any]]:
-        """Archive the current topic (if it found anything) and return every topic's archive."""
+        """Archive the current topic (if it found anything) and return every topic's archive, each
+        with its facts as footnoted Markdown (`compressed_content`, footnotes numbered over the
+        whole research and defined in each topic's text)."""
         if self._pending or search_result_of_current_topic:
             self._archive("end of research", search_result_of_current_topic, prune=False)
+        full = self.report()
+        for entry, section in zip(self.search_results, full.sections, strict=True):
+            cited = [n for n, url in full.footnotes.items() if f"[^{n}]" in section]
+            definitions = "\n".join(f"[^{n}]: {full.footnotes[n]}" for n in cited)
+            if section:
+                entry["compressed_content"] = section + ("\n\n" + definitions if definitions else "")
         return list(self.search_results)
+
+    def report(self, budget: int | None = None, llm: Any = None, *,
+               title: str | None = None) -> ResearchReport:
+        """The Markdown report of every archived topic: summary, key findings per topic with `[^n]`
+        footnotes to their pages, conclusions and references, within `budget` tokens. Every topic
+        keeps its section: each gets its best finding before any gets a second.
+
+        Raises InputError when `budget` cannot hold the headings."""
+        if llm is not None:
+            raise InputError("an LLM-written report is not available yet; pass llm=None")
+        topics = [self._findings(entry) for entry in self.search_results]
+        self.last_report = build_report(topics, budget, query=self.query, title=title)
+        return self.last_report
+
+    def _findings(self, entry: Mapping[str, Any]) -> TopicFindings:
+        facts = tuple(fact_from_dict(f) for f in entry.get("facts", ()))
+        titles = {p["url"]: p.get("title") for p in entry.get("pages", ()) if p.get("url")}
+        return TopicFindings(entry["topic"], facts, titles, entry.get("agent_summary"))
 
     def handle_tool_call(self, call: Any) -> dict[str, Any]:
         """Answer a call to one of `tools()` and append the tool message to the history."""
@@ -184,19 +213,27 @@ class ResearchSession:
     # -- internals ---------------------------------------------------------------------------------
 
     def _archive(self, reason: str, agent_summary: str | None, prune: bool = True) -> dict[str, Any]:
-        urls = list(dict.fromkeys(r["url"] for r in self._pending if r.get("url")))
-        compressed, fact_ids = "", []
+        pages = list({r["url"] or f"result {i}": r for i, r in enumerate(self._pending)}.values())
+        compressed, facts = "", []
         if self._pending:
             compacter = ContextCompacter(self.strategy, store=self.store, pipeline=self.pipeline,
                                          plugins=self.plugins, query=self.topic or self.query,
                                          session=f"{self.session}:{len(self.search_results)}")
             compacter.process_search_results(self._pending)
             compressed = compacter.checklist_text()
-            fact_ids = [f.id for f in compacter.facts] if compacter.strategy == "fact_centric" else []
+            if compacter.strategy == "fact_centric":
+                facts = sorted(compacter.facts, key=lambda f: -f.score)
         dropped_ids = self._prune() if prune else []
+        # the pages that gave the topic a fact, in the order they were found (all of them when the
+        # strategy keeps no facts)
+        contributing = {f.source_url for f in facts}
+        urls = [p["url"] for p in pages if p.get("url") and (not facts or p["url"] in contributing)]
         entry = {"topic": self.topic or "(no topic)", "reason": reason, "useful_webpages": urls,
-                 "compressed_content": compressed, "agent_summary": agent_summary, "fact_ids": fact_ids,
-                 "dropped_ids": dropped_ids}
+                 "compressed_content": compressed, "agent_summary": agent_summary,
+                 "fact_ids": [f.id for f in facts], "dropped_ids": dropped_ids,
+                 "facts": [fact_to_dict(f) for f in facts],
+                 "pages": [{"url": p.get("url"), "title": p.get("title"), "content": p["content"]}
+                           for p in pages]}
         self.search_results.append(entry)
         self._pending = []
         return entry

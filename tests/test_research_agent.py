@@ -1,0 +1,172 @@
+"""The research agent end to end: topics archived by ResearchSession, the footnoted report, the
+search tools and providers, fetching, the LLM-written report and the LangChain agent example."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from compactor.apps.research import ResearchSession
+from compactor.apps.research_report import footnote_refs, unresolved_footnotes
+from compactor.errors import InputError
+from compactor.text.tokens import get_counter
+
+TOPICS: dict[str, list[tuple[str, str, str]]] = {
+    "EV battery prices": [
+        ("https://ex.com/bnef", "BNEF survey",
+         "Lithium-ion battery pack prices fell 14% in 2023 to a record low of $139 per kWh, according to "
+         "BloombergNEF. Cell prices fell faster than pack prices. Analysts expect further declines in 2024."),
+        ("https://ex.com/sodium", "Sodium-ion cells",
+         "Sodium-ion batteries could undercut lithium iron phosphate cells by 20% on price once produced "
+         "at scale. CATL started sodium-ion production in 2023."),
+        ("https://ex.com/recipes", "Pasta recipes",
+         "Boil the pasta for nine minutes. Add olive oil, garlic and basil. Serve with parmesan cheese."),
+    ],
+    "charging networks in Europe": [
+        ("https://ex.com/charging", "Charging in Europe",
+         "Europe had about 630,000 public charging points at the end of 2023. The Netherlands has the "
+         "densest charging network per kilometre of road."),
+        ("https://ex.com/ionity", "Ionity",
+         "Ionity operates high-power chargers along motorways in 24 countries. Its stations deliver up to "
+         "350 kW."),
+    ],
+    "grid impact of electric vehicles": [
+        ("https://ex.com/grid", "Grid study",
+         "Smart charging can shift up to 60% of electric vehicle charging demand to off-peak hours. "
+         "Unmanaged charging raises the evening peak load of distribution grids."),
+    ],
+}
+
+
+def research(topics: dict[str, list[tuple[str, str, str]]] = TOPICS, **options: Any) -> ResearchSession:
+    names = list(topics)
+    session = ResearchSession([{"role": "user", "content": "Research electric vehicles."}],
+                              topic=names[0], query="electric vehicle market", **options)
+    for position, name in enumerate(names):
+        session.record_search_results([{"url": u, "title": t, "content": c} for u, t, c in topics[name]])
+        if position + 1 < len(names):
+            session.change_topic(names[position + 1], "next")
+    session.end_of_research()
+    return session
+
+
+def sections_of(report: str) -> dict[str, str]:
+    """`### n. topic` -> the text under it."""
+    found = re.findall(r"(?ms)^### \d+\. (.+?)\n\n(.*?)(?=^#|\Z)", report)
+    return {title: body.strip() for title, body in found}
+
+
+def test_the_report_has_every_part_and_every_footnote_resolves_to_a_page() -> None:
+    session = research()
+    report = session.report()
+    for heading in ("# Research report", "## Summary", "## Key findings", "## Conclusions", "## References"):
+        assert f"\n{heading}\n" in f"\n{report}"
+    assert "Question: electric vehicle market" in report
+    assert list(sections_of(report)) == list(TOPICS)
+    assert "$139 per kWh" in sections_of(report)["EV battery prices"]
+    assert "630,000" in sections_of(report)["charging networks in Europe"]
+    assert unresolved_footnotes(report) == []
+    assert set(footnote_refs(report)) == set(report.footnotes)
+    assert set(report.footnotes.values()) <= {u for pages in TOPICS.values() for u, _, _ in pages}
+    # each fact's footnote is its own page's
+    for line in report.splitlines():
+        if "$139 per kWh" in line:
+            number = re.search(r"\[\^(\d+)\]", line).group(1)  # type: ignore[union-attr]
+            assert report.footnotes[number] == "https://ex.com/bnef"
+    assert report.method == "rules" and session.last_report is report
+
+
+def test_useful_webpages_are_the_pages_that_gave_facts() -> None:
+    session = research()
+    battery = session.search_results[0]
+    assert battery["useful_webpages"] == ["https://ex.com/bnef", "https://ex.com/sodium"]
+    assert "https://ex.com/recipes" not in battery["useful_webpages"]
+    assert [p["url"] for p in battery["pages"]] == [u for u, _, _ in TOPICS["EV battery prices"]]
+    assert "pasta" not in session.report().lower()
+
+
+def test_every_topic_keeps_its_section_under_any_budget_that_holds_the_headings() -> None:
+    session = research()
+    counter = get_counter()
+    full = session.report()
+    floor = None
+    for budget in range(60, counter.count(full) + 40, 7):
+        try:
+            report = session.report(budget=budget)
+        except InputError as exc:
+            assert "budget" in str(exc) and floor is None
+            continue
+        floor = floor or budget
+        assert counter.count(report) <= budget
+        assert unresolved_footnotes(report) == []
+        sections = sections_of(report)
+        assert list(sections) == list(TOPICS)
+        if budget >= floor + 120:  # room for three short facts: each topic has one
+            assert all("[^" in body for body in sections.values()), (budget, report)
+    assert floor is not None and floor < 150
+    assert session.report(budget=counter.count(full) + 40) == full
+
+
+def test_a_budget_below_the_headings_is_refused_naming_the_budget() -> None:
+    session = research()
+    with pytest.raises(InputError, match="budget of 20 tokens cannot hold the report's headings"):
+        session.report(budget=20)
+
+
+def test_topics_take_turns_so_a_rich_topic_cannot_crowd_out_the_others() -> None:
+    rich = [(f"https://ex.com/r{i}", f"Battery page {i}",
+             " ".join(f"Battery pack prices in market {i}-{j} fell {10 + j}% in 2023 to ${100 + j} per kWh."
+                      for j in range(12))) for i in range(6)]
+    topics = {"EV battery prices": rich, **{k: v for k, v in TOPICS.items() if k != "EV battery prices"}}
+    session = research(topics)
+    counter = get_counter()
+    report = session.report(budget=400)
+    assert counter.count(report) <= 400
+    sections = sections_of(report)
+    assert "630,000" in sections["charging networks in Europe"] or "350 kW" in sections[
+        "charging networks in Europe"]
+    assert "[^" in sections["grid impact of electric vehicles"]
+
+
+def test_end_of_research_gives_each_topic_footnoted_compressed_content() -> None:
+    session = research()
+    for entry in session.search_results:
+        content = entry["compressed_content"]
+        assert "[^" in content and unresolved_footnotes(content) == []
+        for number in footnote_refs(content):
+            assert f"[^{number}]: https://ex.com/" in content
+
+
+def test_agent_notes_join_the_conclusions() -> None:
+    session = ResearchSession([{"role": "user", "content": "Research EV batteries."}],
+                              topic="EV battery prices")
+    session.record_search_results([{"url": u, "title": t, "content": c}
+                                   for u, t, c in TOPICS["EV battery prices"]])
+    session.end_of_research("Pack prices reached $139 per kWh in 2023.")
+    report = session.report()
+    conclusions = report.split("## Conclusions", 1)[1]
+    assert "Topic 1 (agent's note): Pack prices reached $139 per kWh in 2023." in conclusions
+
+
+def test_a_chinese_research_report_has_chinese_headings() -> None:
+    topics = {"电池价格": [("https://ex.cn/a", "电池",
+                           "2023年锂电池组价格下降14%，降至每千瓦时139美元。钠离子电池开始量产。")],
+              "充电网络": [("https://ex.cn/b", "充电",
+                           "截至2023年底，欧洲约有63万个公共充电桩。荷兰的充电网络最密集。")]}
+    session = ResearchSession([{"role": "user", "content": "研究电动汽车"}], topic="电池价格")
+    session.record_search_results([{"url": u, "title": t, "content": c} for u, t, c in topics["电池价格"]])
+    session.change_topic("充电网络")
+    session.record_search_results([{"url": u, "title": t, "content": c} for u, t, c in topics["充电网络"]])
+    session.end_of_research()
+    report = session.report()
+    for heading in ("# 研究报告", "## 摘要", "## 核心发现", "## 结论", "## 参考文献"):
+        assert heading in report
+    assert "139美元" in report and "63万" in report and unresolved_footnotes(report) == []
+
+
+def test_unresolved_footnotes_finds_citations_without_definitions() -> None:
+    text = "A fact.[^1] Another.[^2] Third.[^x]\n\n[^1]: https://a.example\n[^x]: note"
+    assert unresolved_footnotes(text) == ["2"]
+    assert footnote_refs(text) == ["1", "2", "x"]
