@@ -3,15 +3,27 @@ search tools and providers, fetching, the LLM-written report and the LangChain a
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from compactor.apps.research import ResearchSession
 from compactor.apps.research_report import footnote_refs, unresolved_footnotes
-from compactor.errors import InputError
+from compactor.apps.search_providers import (
+    OfflineSearch,
+    SearchError,
+    SearchProvider,
+    TavilySearch,
+    search_provider,
+)
+from compactor.errors import CompactorWarning, InputError
 from compactor.text.tokens import get_counter
+
+from .web_server import LocalWeb, Page
+from .web_server import local_web as local_web
 
 TOPICS: dict[str, list[tuple[str, str, str]]] = {
     "EV battery prices": [
@@ -170,3 +182,139 @@ def test_unresolved_footnotes_finds_citations_without_definitions() -> None:
     text = "A fact.[^1] Another.[^2] Third.[^x]\n\n[^1]: https://a.example\n[^x]: note"
     assert unresolved_footnotes(text) == ["2"]
     assert footnote_refs(text) == ["1", "2", "x"]
+
+
+# -- search: providers and tools ---------------------------------------------------------------------
+
+CORPUS = [
+    {"url": "https://ex.com/bnef", "title": "BNEF survey", "content": TOPICS["EV battery prices"][0][2]},
+    {"url": "https://ex.com/sodium", "title": "Sodium-ion cells",
+     "content": TOPICS["EV battery prices"][1][2]},
+    {"url": "https://ex.com/charging", "title": "Charging in Europe",
+     "content": TOPICS["charging networks in Europe"][0][2]},
+    {"url": "https://ex.com/grid", "title": "Grid study",
+     "content": TOPICS["grid impact of electric vehicles"][0][2]},
+    {"url": "https://ex.cn/charge", "title": "充电", "content": "截至2023年底，欧洲约有63万个公共充电桩。"},
+]
+
+
+def test_offline_search_ranks_a_jsonl_corpus_and_a_folder(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in CORPUS) + "\n\n", encoding="utf-8")
+    provider = OfflineSearch(corpus)
+    assert isinstance(provider, SearchProvider)
+    hits = provider.search("public charging points Europe", max_results=2)
+    assert hits[0]["url"] == "https://ex.com/charging" and len(hits) == 2
+    assert provider.search("公共充电桩")[0]["url"] == "https://ex.cn/charge"
+    assert provider.search("zzzz unrelated") == []
+    folder = tmp_path / "notes"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "grid.md").write_text("# Grid notes\n\nSmart charging shifts demand to off-peak hours.\n",
+                                    encoding="utf-8")
+    (folder / "sub" / "more.jsonl").write_text(json.dumps(CORPUS[0]) + "\n", encoding="utf-8")
+    (folder / "image.png").write_bytes(b"\x89PNG")
+    hits = OfflineSearch(folder).search("smart charging off-peak")
+    assert hits[0]["title"] == "Grid notes" and hits[0]["url"].startswith("file://")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"url": "a", "content": "x"}\n{"url": "b", "content": 3}\n', encoding="utf-8")
+    with pytest.raises(InputError, match=r"bad.jsonl:2: field `content`"):
+        OfflineSearch(bad)
+    with pytest.raises(InputError, match="no such file or folder"):
+        OfflineSearch(tmp_path / "missing.jsonl")
+
+
+def test_tavily_search_posts_with_the_key_in_the_header_only(local_web: LocalWeb) -> None:
+    local_web.pages["/search"] = Page.json({"query": "q", "results": [
+        {"url": "https://ex.com/a", "title": "A", "content": "snippet A", "raw_content": "full text A"},
+        {"url": "https://ex.com/b", "title": "B", "content": "snippet B", "raw_content": None},
+        {"title": "no url"}, "junk"]})
+    provider = TavilySearch("tvly-SECRET-123", base_url=local_web.url)
+    assert "SECRET" not in repr(provider)
+    hits = provider.search("battery prices", max_results=3)
+    assert [(h["url"], h["content"], h["snippet"]) for h in hits] == [
+        ("https://ex.com/a", "full text A", "snippet A"), ("https://ex.com/b", "snippet B", "snippet B")]
+    method, path, headers, body = local_web.requests[-1]
+    assert (method, path) == ("POST", "/search") and headers["authorization"] == "Bearer tvly-SECRET-123"
+    assert body == {"query": "battery prices", "max_results": 3, "search_depth": "basic",
+                    "include_raw_content": True}
+
+
+@pytest.mark.parametrize("page, message", [
+    (Page.json({"error": "bad key tvly-SECRET-123"}, status=401), "HTTP 401"),
+    (Page("<html>oops tvly-SECRET-123</html>"), "not JSON"),
+    (Page.json({"answer": "no results key"}), "no `results` list"),
+    (Page("{}", delay=2.0, content_type="application/json"), "timed out"),
+])
+def test_tavily_failures_are_search_errors_without_the_key(local_web: LocalWeb, page: Page,
+                                                           message: str) -> None:
+    local_web.pages["/search"] = page
+    provider = TavilySearch("tvly-SECRET-123", base_url=local_web.url, timeout=0.5)
+    with pytest.raises(SearchError, match=message) as caught:
+        provider.search("q")
+    assert "SECRET" not in str(caught.value)
+
+
+def test_search_provider_picks_tavily_only_with_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TAVILY_API_KEY", raising=False)
+    assert isinstance(search_provider(CORPUS), OfflineSearch)
+    with pytest.raises(InputError, match="set TAVILY_API_KEY or give an offline corpus"):
+        search_provider()
+    with pytest.raises(InputError, match="needs an API key"):
+        TavilySearch()
+    monkeypatch.setenv("TAVILY_API_KEY", "tvly-x")
+    assert isinstance(search_provider(CORPUS), TavilySearch)
+
+
+def _tool(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def test_the_session_answers_search_and_think_calls_and_records_the_results() -> None:
+    session = ResearchSession([{"role": "user", "content": "Research EVs."}], topic="charging networks",
+                              search=OfflineSearch(CORPUS))
+    assert [t["function"]["name"] for t in session.research_tools()] == [
+        "tavily_search", "think_tool", "change_research_topic", "end_of_research", "expand_context"]
+    session.add({"role": "assistant", "content": "", "tool_calls": [_tool("s1", "tavily_search",
+                                                                          query="public charging Europe")]})
+    reply = session.handle_tool_call(session.messages[-1]["tool_calls"][0])
+    results = json.loads(reply["content"])["results"]
+    assert results[0]["url"] == "https://ex.com/charging" and "630,000" in results[0]["content"]
+    assert session._pending and session._pending[0]["url"] == "https://ex.com/charging"
+    thought = session.handle_tool_call(_tool("k1", "think_tool", reflection="Need grid data next."))
+    assert thought["content"] == "Reflection recorded: Need grid data next."
+    assert session.reflections == ["Need grid data next."]
+    empty = session.handle_tool_call(_tool("k2", "think_tool", reflection=" "))
+    assert empty["content"] == "error: think_tool needs a non-empty `reflection`"
+    session.end_of_research()
+    assert "https://ex.com/charging" in session.search_results[0]["useful_webpages"]
+
+
+class _Flaky:
+    name = "flaky"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def search(self, query: str, max_results: int = 5) -> list[dict[str, Any]]:
+        self.calls += 1
+        if self.calls == 1:
+            raise TimeoutError("read timed out")
+        return [{"url": "https://ex.com/empty", "content": "  "}, {"content": "no url"},
+                {"url": "https://ex.com/grid", "title": "Grid", "content": CORPUS[3]["content"]}]
+
+
+def test_a_failing_or_junk_provider_costs_only_that_search_or_result() -> None:
+    session = ResearchSession([{"role": "user", "content": "Research EVs."}], topic="grid impact",
+                              search=_Flaky())
+    with pytest.warns(CompactorWarning, match="'flaky' failed: TimeoutError: read timed out") as caught:
+        reply = session.handle_tool_call(_tool("s1", "tavily_search", query="grid"))
+    assert len(caught) == 1 and reply["content"].startswith("error: search provider 'flaky' failed")
+    with pytest.warns(CompactorWarning) as caught:
+        reply = session.handle_tool_call(_tool("s2", "tavily_search", query="grid", max_results="many"))
+    assert [str(w.message) for w in caught] == [
+        "search result https://ex.com/empty for 'grid' has no usable text; left out",
+        "search result (no URL) for 'grid' has no usable text; left out"]
+    assert [r["url"] for r in json.loads(reply["content"])["results"]] == ["https://ex.com/grid"]
+    no_provider = ResearchSession([{"role": "user", "content": "x"}])
+    assert no_provider.handle_tool_call(_tool("s", "tavily_search", query="q"))["content"].startswith(
+        "error: this ResearchSession has no search provider")

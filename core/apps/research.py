@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import json
 import uuid
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from compactor.apps.compacter import ContextCompacter, fact_from_dict, fact_to_dict
 from compactor.apps.research_report import ResearchReport, TopicFindings, build_report
+from compactor.apps.search_providers import SearchError, SearchProvider
 from compactor.apps.tools import (
     EXPAND_TOOL,
     EXPAND_TOOL_NAME,
@@ -31,7 +33,7 @@ from compactor.apps.tools import (
     handle_expand_call,
     tool_call_parts,
 )
-from compactor.errors import InputError
+from compactor.errors import CompactorWarning, InputError
 from compactor.formats.messages import as_mapping, conversation_source, message_chunks, parse_message, units
 from compactor.pipeline import Pipeline
 from compactor.store import Batch, ChunkStore, open_store
@@ -57,6 +59,32 @@ CHANGE_TOPIC_TOOL: dict[str, Any] = {
         },
     },
 }
+SEARCH = "tavily_search"
+THINK = "think_tool"
+SEARCH_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": SEARCH,
+        "description": "Search the web for the current research topic; returns result snippets.",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "the search query"},
+                           "max_results": {"type": "integer", "description": "how many results (1-10)"}},
+            "required": ["query"],
+        },
+    },
+}
+THINK_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": THINK,
+        "description": ("Reflect before and after searching: what was found, what is missing, what to do "
+                        "next. Records the reflection; returns no data."),
+        "parameters": {"type": "object",
+                       "properties": {"reflection": {"type": "string", "description": "your reflection"}},
+                       "required": ["reflection"]},
+    },
+}
 END_RESEARCH_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {"name": END_RESEARCH,
@@ -72,8 +100,13 @@ class ResearchSession:
                  store: str | ChunkStore | None = None, session: str | None = None,
                  query: str | None = None, strategy: str = "fact_centric",
                  pipeline: str | Pipeline = "deep-search", plugins: Iterable[Any] = (),
-                 keep_user_messages: bool = True) -> None:
+                 keep_user_messages: bool = True, search: SearchProvider | None = None,
+                 max_results: int = 5) -> None:
         self.store = open_store(store)
+        self.provider = search
+        self.max_results = max_results
+        #: The agent's reflections (`think_tool`), in order.
+        self.reflections: list[str] = []
         self.session = session or f"research-{uuid.uuid4().hex[:12]}"
         self.topic = topic
         self.query = query
@@ -122,6 +155,54 @@ class ResearchSession:
     def tools() -> list[dict[str, Any]]:
         """The OpenAI tool definitions this session answers: topic switch, end, expand."""
         return [CHANGE_TOPIC_TOOL, END_RESEARCH_TOOL, EXPAND_TOOL]
+
+    def research_tools(self) -> list[dict[str, Any]]:
+        """Every tool an agent needs: search (with a provider), think, topic switch, end, expand."""
+        return [*([SEARCH_TOOL] if self.provider is not None else []), THINK_TOOL, *self.tools()]
+
+    def search(self, query: str, max_results: int | None = None) -> list[dict[str, Any]]:
+        """Ask the provider, record its usable results for the current topic and return them
+        (`url`, `title`, `content`: the snippet the agent reads; the whole page is recorded). A
+        result without a URL or text is left out with one warning; a provider error is a
+        SearchError."""
+        if self.provider is None:
+            raise InputError("this ResearchSession has no search provider (pass search=...)")
+        if not isinstance(query, str) or not query.strip():
+            raise InputError("tavily_search needs a non-empty `query`")
+        count = max_results if isinstance(max_results, int) and not isinstance(max_results, bool) else None
+        count = max(1, min(count or self.max_results, 20))
+        try:
+            found = self.provider.search(query.strip(), count)
+        except SearchError:
+            raise
+        except Exception as exc:  # a third-party provider's failure costs this search, not the run
+            raise SearchError(f"search provider {getattr(self.provider, 'name', '?')!r} failed: "
+                              f"{type(exc).__name__}: {str(exc)[:200]}") from None
+        if not isinstance(found, list):
+            raise SearchError(f"search provider {getattr(self.provider, 'name', '?')!r} returned "
+                              f"{type(found).__name__}, not a list of results")
+        usable: list[dict[str, Any]] = []
+        for item in found:
+            url = item.get("url") if isinstance(item, Mapping) else None
+            content = item.get("content") if isinstance(item, Mapping) else None
+            if not isinstance(url, str) or not isinstance(content, str) or not content.strip():
+                warnings.warn(f"search result {url if isinstance(url, str) else '(no URL)'} for "
+                              f"{query!r} has no usable text; left out", CompactorWarning, stacklevel=2)
+                continue
+            title = item.get("title")
+            usable.append({"url": url, "title": title if isinstance(title, str) else None,
+                           "content": content, "snippet": item.get("snippet")})
+        self.record_search_results(usable)
+        return [{"url": r["url"], "title": r["title"],
+                 "content": r["snippet"] if isinstance(r["snippet"], str) and r["snippet"] else r["content"]}
+                for r in usable]
+
+    def think(self, reflection: str) -> str:
+        """Record a reflection (it guides the agent; it adds no data)."""
+        if not isinstance(reflection, str) or not reflection.strip():
+            raise InputError("think_tool needs a non-empty `reflection`")
+        self.reflections.append(reflection.strip())
+        return f"Reflection recorded: {reflection.strip()}"
 
     # -- the seed's tools --------------------------------------------------------------------------
 
@@ -175,7 +256,12 @@ class ResearchSession:
         call_id = call_id_of(call)
         try:
             _, name, args = tool_call_parts(call)
-            if name == EXPAND_TOOL_NAME:
+            if name == SEARCH:
+                hits = self.search(str(args.get("query") or ""), args.get("max_results"))
+                content = json.dumps({"query": args.get("query"), "results": hits}, ensure_ascii=False)
+            elif name == THINK:
+                content = self.think(str(args.get("reflection") or ""))
+            elif name == EXPAND_TOOL_NAME:
                 content = handle_expand_call(call, self.store)["content"]
             elif name == CHANGE_TOPIC:
                 entry = self.change_topic(str(args.get("new_topic") or ""), str(args.get("reason") or ""),
@@ -188,6 +274,9 @@ class ResearchSession:
             else:
                 content = f"error: unknown tool {name!r}"
         except InputError as exc:
+            content = f"error: {exc}"
+        except SearchError as exc:
+            warnings.warn(str(exc), CompactorWarning, stacklevel=2)
             content = f"error: {exc}"
         message = {"role": "tool", "tool_call_id": call_id, "content": content}
         self.messages.append(message)

@@ -17,7 +17,7 @@ from typing import Any
 import regex
 
 from compactor.document import Fact
-from compactor.errors import InputError, Problem
+from compactor.errors import InputError
 from compactor.text.language import is_chinese
 from compactor.text.tokens import TokenCounter, get_counter
 
@@ -188,8 +188,8 @@ def build_report(topics: Sequence[TopicFindings], budget: int | None = None, *, 
     if budget is not None:
         skeleton = counter.count(layout.render(empty, extras=False)[0])
         if budget < skeleton:
-            raise InputError(Problem(f"a budget of {budget} tokens cannot hold the report's headings "
-                                     f"({len(topics)} topic(s) need {skeleton} tokens)", field="budget"))
+            raise InputError(f"budget: a budget of {budget} tokens cannot hold the report's headings "
+                             f"({len(topics)} topic(s) need {skeleton} tokens)")
     chosen = _choose(layout, budget, counter)
     text, numbers = layout.render(chosen, extras=True)
     if budget is not None and counter.count(text) > budget:
