@@ -164,6 +164,11 @@ class Fact:
     score: float = 0.0
     span: tuple[str, int, int] | None = None  # (source id, start, end) of its verbatim text
 
+    @property
+    def summary(self) -> str:
+        """The statement itself, under the name search agents give a fact object's text."""
+        return self.text
+
 
 @dataclass(frozen=True, slots=True)
 class Segment:

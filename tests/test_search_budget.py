@@ -275,7 +275,14 @@ def test_chunk_filtering_stays_within_its_budget_across_batches(budget: int, hot
                                                                 musique: list[dict[str, Any]]) -> None:
     compacter = ContextCompacter("chunk_filtering", budget=budget)
     for report in session(hotpot[:2] + musique[:1], compacter):
-        assert report["steps"]["compress.chunk_filtering"]["checklist_budget"] <= budget
-        ids = compacter.chunk_ids
-        assert sum(c.tokens for c in compacter.store.chunks(ids).values()) <= budget
-    assert compacter.chunk_ids
+        step = report["steps"]["compress.chunk_filtering"]
+        assert step["checklist_budget"] <= budget
+        # what the agent gets, headings and URLs included, is within the budget
+        assert COUNTER.count(compacter.checklist_text()) <= step["checklist_budget"]
+        shown = compacter.checklist_chunk_ids
+        assert shown and set(shown) <= set(compacter.chunk_ids)
+        assert all(compacter.chunk_store[i] in compacter.checklist_text() for i in shown)
+    # the knowledge base (the report context) holds more than the checklist shows
+    assert len(compacter.chunk_ids) > len(compacter.checklist_chunk_ids)
+    report = compacter.reconstruct_report_context()
+    assert all(compacter.chunk_store[i] in report for i in compacter.chunk_ids)

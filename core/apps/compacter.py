@@ -1,28 +1,32 @@
 """ContextCompacter: the stateful search-result service of seed 000.
 
-    >>> compacter = ContextCompacter("fact_centric", store="research.sqlite", session="q42")
+    >>> compacter = ContextCompacter(strategy_name="fact_centric", store="research.sqlite", session="q42")
     >>> compacter.process_search_results([(url, html), ...], query="...")
     >>> compacter.get_checklist_context()            # facts (A), chunk text (B) or a summary (C)
     >>> compacter.reconstruct_report_context([fact.id, ...], budget=8000)
+    >>> compacter.chunk_store[chunk_id]              # the original text of any chunk of the session
 
 Each batch runs a pipeline (`deep-search` by default) whose compress step is the strategy component
 (`compress.fact_centric`, `compress.chunk_filtering`, `compress.summarization`); the session's
 knowledge goes in and comes out of the pipeline through the context, and the chunk store keeps the
 original text of every chunk, so whatever a strategy keeps can be given back verbatim. A batch is
-committed to the store in one transaction after its pipeline run.
+committed to the store in one transaction after its pipeline run. Every checklist context stays
+within the session's checklist budget, counted on the text the agent gets.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from compactor.config import PipelineSpec, load_spec
-from compactor.document import Budget, Chunk, Context, Fact, Source, chunk_id
+from compactor.document import Budget, Chunk, Context, Fact, Source, chunk_id, content_hash
 from compactor.errors import ConfigError, InputError, Problem, StoreConflict
 from compactor.pipeline import Pipeline, pipeline_folder, read_pipeline_text
+from compactor.plugins.compress import facts as fx
+from compactor.plugins.compress.search import PREVIOUS, heading, summary_sentences
 from compactor.registry import ComponentInfo, Registry, build_registry
 from compactor.state import Knowledge, State, thaw
 from compactor.store import Batch, ChunkStore, open_store
@@ -38,7 +42,7 @@ _ATTEMPTS = 3
 SearchResult = tuple[str, str] | Mapping[str, Any] | Source
 
 
-def strategy_name(name: str) -> str:
+def strategy_name_of(name: str) -> str:
     """`fact_centric`, `compress.fact_centric` or `A` -> `fact_centric` (ConfigError otherwise)."""
     short = name.removeprefix("compress.")
     short = _ALIASES.get(short.lower(), short)
@@ -46,6 +50,9 @@ def strategy_name(name: str) -> str:
         raise ConfigError(Problem(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}",
                                   field="strategy"))
     return short
+
+
+strategy_name = strategy_name_of  # the name earlier releases exported
 
 
 def pipeline_with_strategy(pipeline: str | Pipeline, strategy: str | None,
@@ -61,7 +68,7 @@ def pipeline_with_strategy(pipeline: str | Pipeline, strategy: str | None,
         return Pipeline.from_string(text, file=label, plugins=plugins)
     registry = build_registry(plugins=plugins)
     spec = load_spec(text, label, registry, None, pipeline_folder(label))
-    return Pipeline(_with_strategy(spec, registry, strategy_name(strategy)), registry)
+    return Pipeline(_with_strategy(spec, registry, strategy_name_of(strategy)), registry)
 
 
 def _with_strategy(spec: PipelineSpec, registry: Registry, strategy: str) -> PipelineSpec:
@@ -146,7 +153,14 @@ class ContextCompacter:
     def __init__(self, strategy: str | None = "fact_centric", *,
                  store: str | ChunkStore | None = None, session: str | None = None,
                  pipeline: str | Pipeline = "deep-search", query: str | None = None,
-                 budget: int | None = None, plugins: Iterable[Any] = ()) -> None:
+                 budget: int | None = None, plugins: Iterable[Any] = (),
+                 strategy_name: str | None = None) -> None:
+        if strategy_name is not None:  # the seed's name for the same argument
+            if strategy not in (None, "fact_centric") and strategy_name_of(strategy) != strategy_name_of(
+                    strategy_name):
+                raise ConfigError(Problem(f"strategy {strategy!r} and strategy_name {strategy_name!r} "
+                                          "disagree; pass one", field="strategy_name"))
+            strategy = strategy_name
         self.pipeline = pipeline_with_strategy(pipeline, strategy, plugins)
         self.strategy = _strategy_of(self.pipeline)
         configured = self.pipeline.spec.store
@@ -186,9 +200,43 @@ class ContextCompacter:
         return list(self.store.knowledge(self.session, "kept_chunk_ids", []))
 
     @property
+    def checklist_chunk_ids(self) -> list[str]:
+        """Strategy B's checklist: the most relevant kept chunk ids whose text fits the checklist
+        budget, in the order they were found."""
+        kept = self.chunk_ids
+        shown = self.store.knowledge(self.session, "checklist")
+        if shown is None:  # a session from before chunk checklists were budgeted
+            return kept
+        known = set(kept)
+        return [i for i in shown if i in known]
+
+    @property
     def summary(self) -> str:
         """Strategy C's knowledge base: the rolling summary."""
         return str(self.store.knowledge(self.session, "summary", ""))
+
+    @property
+    def summary_sentences(self) -> list[Fact]:
+        """Strategy C's summary, one Fact per sentence (id `s-...`) with the chunks it came from:
+        what `reconstruct_report_context` takes to give back a sentence's originals."""
+        return [Fact(id=str(r["id"]), text=str(r["text"]), chunk_ids=tuple(r["chunk_ids"]))
+                for r in self.store.knowledge(self.session, "summary_sentences", [])]
+
+    @property
+    def knowledge_base(self) -> list[Fact] | list[str] | str:
+        """The compressed knowledge, shaped by the strategy: every fact (A), every relevant chunk id
+        (B), the rolling summary (C). A copy: changing it changes nothing in the session."""
+        if self.strategy == "fact_centric":
+            return self.facts
+        if self.strategy == "chunk_filtering":
+            return self.chunk_ids
+        return self.summary
+
+    @property
+    def chunk_store(self) -> Mapping[str, str]:
+        """Chunk id -> original text of every chunk of this session, read-only: the single source
+        of truth every strategy's knowledge points back to."""
+        return SessionChunks(self.store, self.session)
 
     # -- the seed's interface --------------------------------------------------------------------
 
@@ -235,6 +283,7 @@ class ContextCompacter:
             knowledge["kept_chunk_ids"] = list(learned.kept_chunk_ids)
         else:
             knowledge["summary"] = learned.summary
+            knowledge["summary_sentences"] = self._sentence_records(result.segments)
         knowledge.update({k: thaw(v) for k in _STATE if (v := getattr(learned, k)) is not None})
         quarantined = [q for d in details.values() for q in d.get("quarantined", [])]
         dropped = [p for d in details.values() for p in d.get("dropped_pages", [])]
@@ -249,19 +298,82 @@ class ContextCompacter:
 
     def get_checklist_context(self) -> list[Fact] | str:
         """A: the checklist facts (best first, within the checklist budget); B: the original text of
-        the relevant chunks; C: the rolling summary."""
+        the most relevant chunks, within the checklist budget; C: the rolling summary."""
         if self.strategy == "fact_centric":
             return self.checklist
         if self.strategy == "chunk_filtering":
-            return self._render(self._chunks_in_order(self.chunk_ids))
+            return self._render(self._checklist_chunks())
         return self.summary
 
     def checklist_text(self) -> str:
-        """The checklist context as text (facts as a Markdown list citing their chunk ids)."""
+        """The checklist context as text: facts as a Markdown list citing their chunk ids, or without
+        the citations when those would push it over the checklist budget (the facts were fitted to
+        the budget as plain lines, and every fact matters more than its citation)."""
         context = self.get_checklist_context()
         if isinstance(context, str):
             return context
-        return "\n".join(f"- {f.text} [{', '.join(f.chunk_ids)}]" for f in context)
+        cited = "\n".join(f"- {f.text} [{', '.join(f.chunk_ids)}]" for f in context)
+        limit = self._checklist_budget()
+        if limit is None or self.pipeline.counter.count(cited) <= limit:
+            return cited
+        return "\n".join(fx.fact_line(f) for f in context)
+
+    def _checklist_budget(self) -> int | None:
+        stored = self.store.knowledge(self.session, "checklist_budget")
+        return int(stored) if stored is not None else self.budget
+
+    def _checklist_chunks(self) -> list[Chunk]:
+        """B's checklist chunks in source order; a rendering over the checklist budget (a heading
+        longer than recorded) drops the least relevant until it fits."""
+        chunks = self._chunks_in_order(self.checklist_chunk_ids)
+        limit = self._checklist_budget()
+        if limit is None or self.pipeline.counter.count(self._render(chunks)) <= limit:
+            return chunks
+        scores = self.store.knowledge(self.session, "chunk_scores") or {}
+        ranked = sorted(chunks, key=lambda c: -float((scores.get(c.id) or [0.0])[0]))
+        while ranked and self.pipeline.counter.count(self._render(self._order(ranked))) > limit:
+            ranked.pop()
+        return self._order(ranked)
+
+    def _sentence_records(self, segments: Sequence[Any]) -> list[dict[str, Any]]:
+        """The new summary's sentences with the chunk ids each came from; a sentence kept from the
+        previous summary inherits that sentence's chunks."""
+        before = summary_sentences(self.summary)
+        earlier = {_norm(r.text): list(r.chunk_ids) for r in self.summary_sentences}
+        records: list[dict[str, Any]] = []
+        for segment in segments:
+            for text, refs in segment.metadata.get("sentences", []) if segment.id == "summary" else []:
+                ids: list[str] = []
+                for ref in refs:
+                    if not str(ref).startswith(PREVIOUS):
+                        ids.append(str(ref))
+                        continue
+                    at = int(str(ref).removeprefix(PREVIOUS))
+                    ids.extend(earlier.get(_norm(before[at]), []) if at < len(before) else [])
+                records.append({"id": sentence_id(str(text)), "text": str(text),
+                                "chunk_ids": list(dict.fromkeys(ids))})
+        return records
+
+    def _sentence_chunks(self, items: Sequence[str | Fact]) -> list[str]:
+        """The chunk ids behind summary sentences given by id, text or Fact (a sentence's text may be
+        a part of it, or hold it)."""
+        records = self.summary_sentences
+        ids: list[str] = []
+        missing: list[str] = []
+        for item in items:
+            key = item.id if isinstance(item, Fact) else str(item)
+            text = _norm(item.text if isinstance(item, Fact) else str(item))
+            found = next((r for r in records if r.id == key), None) or next(
+                (r for r in records if text and _norm(r.text) == text), None) or next(
+                (r for r in records if text and (text in _norm(r.text) or _norm(r.text) in text)), None)
+            if found is None:
+                missing.append(key[:60])
+            else:
+                ids.extend(found.chunk_ids)
+        if missing:
+            raise InputError(Problem(f"no summary sentence of session {self.session!r} matches "
+                                     f"{', '.join(repr(m) for m in missing)}", field="relevant_items"))
+        return list(dict.fromkeys(ids))
 
     def reconstruct_report_context(self, relevant_items: Sequence[str | Fact] | None = None,
                                    budget: int | None = None, *, context: int | None = None) -> str:
@@ -272,7 +384,9 @@ class ContextCompacter:
         facts come first, most relevant fact first, then their neighbours."""
         if self.strategy == "summarization" and relevant_items is None:
             return self.summary
-        if self.strategy == "fact_centric":
+        if self.strategy == "summarization":
+            ids = self._sentence_chunks(relevant_items or [])
+        elif self.strategy == "fact_centric":
             facts = {f.id: f for f in self.facts}
             chosen = list(facts.values()) if relevant_items is None else [
                 facts.get(i.id if isinstance(i, Fact) else i) for i in relevant_items]
@@ -329,10 +443,7 @@ class ContextCompacter:
                 current = chunk.source_id
                 page = pages.get(chunk.source_id)
                 url, title = (page.url, page.title) if page else (None, None)
-                head = f"## {title or url or chunk.source_id}"
-                if url and url != title:
-                    head += f"\n<{url}>"
-                parts.append(head)
+                parts.append(heading(title, url, chunk.source_id))
             parts.append(chunk.text)
         return "\n\n".join(parts)
 
@@ -353,3 +464,39 @@ class ContextCompacter:
         while kept and counter.count(self._render(self._order(kept))) > budget:
             kept.pop()
         return kept
+
+
+def sentence_id(text: str) -> str:
+    """Stable id of a summary sentence: the hash of its whitespace-normalised text."""
+    return "s-" + content_hash(" ".join(text.split()), 12)
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+class SessionChunks(Mapping[str, str]):
+    """A session's chunks as a read-only mapping, chunk id -> original text, read from the store
+    on each access (so it follows batches added later)."""
+
+    def __init__(self, store: ChunkStore, session: str) -> None:
+        self._store = store
+        self._session = session
+
+    def _pages(self) -> set[str]:
+        return {s.id for s in self._store.sources(self._session)}
+
+    def __getitem__(self, key: str) -> str:
+        found = self._store.chunks([key]).get(key)
+        if found is None or found.source_id not in self._pages():
+            raise KeyError(key)
+        return found.text
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([c.id for c in self._store.session_chunks(self._session)])
+
+    def __len__(self) -> int:
+        return len(self._store.session_chunks(self._session))
+
+    def __repr__(self) -> str:
+        return f"<chunk_store of session {self._session!r}: {len(self)} chunks>"

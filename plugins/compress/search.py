@@ -3,23 +3,24 @@
 * `compress.fact_centric` (A): query-relevant facts, each with its chunk ids and source URL, merged
   across batches when they say the same thing. Rules first; an LLM extraction pass is optional and
   guarded (its facts must cite chunks of the batch and invent nothing).
-* `compress.chunk_filtering` (B): the ids of the relevant chunks; the checklist context is their
-  original text.
+* `compress.chunk_filtering` (B): the ids of the relevant chunks; the checklist context is the
+  original text of the best of them within the session budget. Rules first; an LLM pick of chunk ids
+  is optional and guarded (every id must be a chunk of the batch).
 * `compress.summarization` (C): a rolling summary updated per batch, extractive by rules (sentences
-  of the previous summary compete with the new batch's), LLM optional. The only strategy that may
-  lose the link to chunks: its segment lists the chunks its sentences came from, but an LLM summary
-  cites the whole batch.
+  of the previous summary compete with the new batch's), LLM optional. Its segment lists each
+  summary sentence with the chunks it came from (an LLM sentence: the chunks it shares most with).
 
 State between batches travels in the context: `facts`, and the typed `Knowledge` state: the
-shown fact ids (`checklist`) and `checklist_budget` (A), `kept_chunk_ids` and `chunk_scores` (B),
-the `summary` (C); `compactor.ContextCompacter` loads and stores it. Sentences flagged by
-`classify.injection` are quarantined (the rest of their chunk stays usable; the flagged chunks are
-listed in the step report) unless `quarantine: false`.
+shown fact ids (`checklist`) and `checklist_budget` (A), `kept_chunk_ids`, the shown ids (`checklist`)
+and `chunk_scores` (B), the `summary` (C); `compactor.ContextCompacter` loads and stores it.
+Sentences flagged by `classify.injection` are quarantined (the rest of their chunk stays usable;
+the flagged chunks are listed in the step report) unless `quarantine: false`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from compactor.components import Component, DataPath
@@ -32,6 +33,7 @@ from compactor.plugins.compress.select import Kept, segments_for
 from compactor.plugins.llm import fill, template_for
 from compactor.run import Run
 from compactor.state import Knowledge
+from compactor.text import terms as ts
 from compactor.text.fidelity import invented_facts
 from compactor.text.language import is_chinese
 from compactor.text.sentences import split_sentences
@@ -204,14 +206,17 @@ class FactCentric(Component):
 
 
 class ChunkFiltering(Component):
-    """Strategy B: keep the ids of the chunks relevant to the query; the checklist context is their
-    original text, in source order.
+    """Strategy B: keep the ids of the chunks relevant to the query; the checklist context is the
+    original text of the best of them, in source order, within the session's checklist budget.
 
     A chunk is as relevant as its best sentence (`facts.scored_sentences`); a batch keeps the chunks
-    at least `threshold` times as relevant as its best and at least `min_score`, best first within
-    the batch budget (`share` of the batch's input tokens when given, within the pipeline budget).
-    Across batches the kept chunks are re-fitted to the session budget (the batch budgets summed,
-    capped at the budget's `max_tokens`): the least relevant go first.
+    at least `threshold` times as relevant as its best and at least `min_score` (within the budget's
+    `max_tokens` per batch): that is the knowledge base, and the report context. The checklist shows
+    the most relevant kept chunks whose rendered text (chunk texts and one heading per page) fits the
+    session budget: `share` of each batch's input tokens (at least `min_tokens`), summed over the
+    batches and capped at the budget's `max_tokens`, like fact_centric's. With `llm: true` the model
+    picks the batch's relevant chunk ids instead of the rules; a reply citing an id that is not a
+    chunk of the batch is refused, and a refused reply keeps the rules' choice.
     """
 
     name = "compress.chunk_filtering"
@@ -219,18 +224,22 @@ class ChunkFiltering(Component):
     requires = ("chunks",)
     provides = ("segments", Knowledge)
 
-    def __init__(self, *, share: float | None = None, threshold: float = 0.35, min_score: float = 0.1,
-                 max_chunks: int | None = None, quarantine: bool = True) -> None:
+    def __init__(self, *, share: float | None = 0.2, min_tokens: int = 150, threshold: float = 0.35,
+                 min_score: float = 0.1, max_chunks: int | None = None, quarantine: bool = True,
+                 llm: bool = False, prompt: DataPath | None = None) -> None:
         self.share = share
+        self.min_tokens = min_tokens
         self.threshold = threshold
         self.min_score = min_score
         self.max_chunks = max_chunks
         self.quarantine = quarantine
+        self.llm = llm
+        self.prompt = prompt
 
     @staticmethod
     def check_params(params: dict[str, Any]) -> list[str]:
         return _shares(params) + _unit_interval(params, "threshold", "min_score") + _at_least_one(
-            params, "max_chunks")
+            params, "max_chunks") + ([] if params["min_tokens"] >= 0 else ["min_tokens must be 0 or more"])
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
@@ -243,29 +252,39 @@ class ChunkFiltering(Component):
         bar = max(self.min_score, self.threshold * best)
         ranked = sorted((c for c in chunks if value.get(c.id, 0.0) >= bar and best > 0),
                         key=lambda c: (-value[c.id], c.source_id, c.index))
-        limit = batch_budget(context, self.share) or DEFAULT_BATCH_BUDGET
+        picked = self._llm_chunks(chunks, context, run) if self.llm and chunks else None
+        if picked is None:
+            run.note("extraction", "rules")
+        else:
+            run.note("extraction", "llm")
+            by_id = {c.id: c for c in chunks}
+            ranked = [by_id[i] for i in picked]
+            # the model's order is its ranking: scores in (0.5, 1] that keep it across batches
+            value = {i: round(1.0 - rank / (2 * len(picked)), 4) for rank, i in enumerate(picked)}
+        limit = context.budget.max_tokens
         kept: list[Chunk] = []
         used = 0
         for chunk in ranked:
             if self.max_chunks is not None and len(kept) >= self.max_chunks:
                 break
-            if used + chunk.tokens > limit:
+            if limit is not None and used + chunk.tokens > limit:
                 continue
             kept.append(chunk)
             used += chunk.tokens
         known = _knowledge(context)
         scores = {str(k): list(v) for k, v in (known.chunk_scores or {}).items()}
-        scores.update({c.id: [round(value[c.id], 4), c.tokens] for c in kept})
-        previous = list(known.kept_chunk_ids)
-        found = list(dict.fromkeys([*previous, *(c.id for c in kept)]))
-        session = session_budget(context, limit)
-        fitted = _fit_ids(found, scores, session)
-        ids = [i for i in found if i in fitted]
+        heads = _heading_costs(context, run)
+        scores.update({c.id: [round(value[c.id], 4), c.tokens, heads.get(c.source_id, 0)] for c in kept})
+        ids = list(dict.fromkeys([*known.kept_chunk_ids, *(c.id for c in kept)]))
+        batch = batch_budget(context, self.share, self.min_tokens)
+        session = session_budget(context, batch)
+        shown = fit_chunk_ids(ids, scores, session)
         run.note("kept_chunks", len(kept))
         run.note("total_kept_chunks", len(ids))
         run.note("chunk_ids", [c.id for c in kept])
-        run.note("batch_budget", limit)
+        run.note("batch_budget", batch)
         run.note("checklist_budget", session)
+        run.note("checklist_chunks", len(shown))
         segments = segments_for(context, [Kept(c, c.start, c.end) for c in kept],
                                 quarantine=self.quarantine)
         cap = context.resolved_budget()
@@ -274,23 +293,93 @@ class ChunkFiltering(Component):
             kept.remove(min(kept, key=lambda c: value[c.id]))
             segments = segments_for(context, [Kept(c, c.start, c.end) for c in kept],
                                     quarantine=self.quarantine)
-        knowledge = known.evolve(strategy="chunk_filtering", kept_chunk_ids=ids, checklist_budget=session,
-                                 chunk_scores={i: scores[i] for i in ids if i in scores})
+        knowledge = known.evolve(strategy="chunk_filtering", kept_chunk_ids=ids, checklist=shown,
+                                 checklist_budget=session, chunk_scores={i: scores[i] for i in ids
+                                                                         if i in scores})
         return context.evolve(segments=segments, state=context.state.with_(knowledge))
 
+    def _llm_chunks(self, chunks: list[Chunk], context: Context, run: Run) -> list[str] | None:
+        """The batch's relevant chunk ids as the model ranks them, or None when its reply is refused
+        (an id that is not a chunk of the batch, no JSON list, a refusal): the rules decide then."""
+        lang = _lang(chunks)
+        content = "\n\n".join(f"[{c.id}] {c.text.strip()}" for c in chunks)
+        count = self.max_chunks or len(chunks)
+        prompt = fill(template_for(self.prompt, "chunks", lang), query=context.query or "",
+                      budget=str(count), content=content)
+        known = {c.id for c in chunks}
+        picked: list[str] = []
 
-def _fit_ids(ids: Sequence[str], scores: dict[str, list[float]], budget: int | None) -> set[str]:
-    """The most relevant of `ids` whose token counts fit `budget` (ids without a recorded score, from
-    sessions older than scores, are kept and not counted)."""
+        def usable_ids(_: int, reply: str) -> list[str]:
+            ids, problems = parse_chunk_ids(reply, known)
+            picked[:] = ids[:count]
+            return problems
+
+        allowance = 16 * min(count, len(chunks)) + 32  # a JSON list of ids, with room for spacing
+        reply = complete_guarded([Request(prompt, content, allowance)], run, check_reply=False,
+                                 accept=usable_ids, label="chunk ids")[0]
+        return None if reply is None else list(picked)
+
+
+def parse_chunk_ids(reply: str, known: set[str]) -> tuple[list[str], list[str]]:
+    """Chunk ids from an LLM reply (a JSON list of ids, or an object holding one), most relevant
+    first, and the problems that refuse the reply: no JSON list, an item that is no id, an id that
+    is not one of `known`."""
+    text = reply.strip()
+    start, end = text.find("["), text.rfind("]")
+    if start < 0 or end <= start:
+        return [], ["reply holds no JSON list of chunk ids"]
+    try:
+        items = json.loads(text[start:end + 1])
+    except json.JSONDecodeError as exc:
+        return [], [f"reply is not a JSON list of chunk ids: {exc.msg}"]
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        return [], ["reply is not a JSON list of chunk id strings"]
+    ids = [i.strip().strip("[]") for i in items]
+    unknown = [i for i in ids if i not in known]
+    if unknown:
+        return [], [f"unknown chunk id(s): {', '.join(unknown[:5])}"]
+    return list(dict.fromkeys(ids)), []
+
+
+def heading(title: str | None, url: str | None, source_id: str) -> str:
+    """A page's heading in a rendered context: its title (else URL, else id), then its URL."""
+    head = f"## {title or url or source_id}"
+    if url and url != title:
+        head += f"\n<{url}>"
+    return head
+
+
+def _heading_costs(context: Context, run: Run) -> dict[str, int]:
+    """Each page's heading tokens in a rendered context, with the blank line after it."""
+    sources = list(context.sources)
+    costs = run.counter.count_many([heading(s.title, s.uri, s.id) for s in sources])
+    return {s.id: cost + 2 for s, cost in zip(sources, costs, strict=True)}
+
+
+def page_of(chunk: str) -> str:
+    """The source id a chunk id is made from (`<source id>-<index>`)."""
+    return chunk.rsplit("-", 1)[0]
+
+
+def fit_chunk_ids(ids: Sequence[str], scores: Mapping[str, Sequence[float]], budget: int | None) -> list[str]:
+    """The most relevant of `ids` whose rendered text fits `budget`: each chunk's tokens and the
+    blank line after it, plus its page's heading the first time the page appears (as recorded in
+    `scores`: [relevance, tokens, heading tokens]); in the order of `ids`. Ids without a recorded
+    score (sessions older than scores) count as unscored and cost nothing."""
     if budget is None:
-        return set(ids)
-    fitted = {i for i in ids if i not in scores}
+        return list(ids)
+    chosen = {i for i in ids if i not in scores}
+    pages: set[str] = set()
     used = 0
     for i in sorted((i for i in ids if i in scores), key=lambda i: -scores[i][0]):
-        if used + int(scores[i][1]) <= budget:
-            fitted.add(i)
-            used += int(scores[i][1])
-    return fitted
+        row = scores[i]
+        head = int(row[2]) if len(row) > 2 and page_of(i) not in pages else 0
+        cost = int(row[1]) + 2 + head
+        if used + cost <= budget:
+            chosen.add(i)
+            pages.add(page_of(i))
+            used += cost
+    return [i for i in ids if i in chosen]
 
 
 class Summarization(Component):
@@ -298,7 +387,11 @@ class Summarization(Component):
 
     By rules, the sentences of the previous summary and of the batch's chunks compete on query
     relevance and information; the summary keeps the older sentences first. With `llm: true` the
-    LLM updates the summary instead, and its reply is used only if it invents nothing.
+    LLM updates the summary instead, and its reply is used only if it invents nothing. Either way the
+    segment's metadata lists every summary sentence with the chunks it came from (`sentences`: a
+    rules sentence is copied from its chunk; an LLM sentence is traced to the chunks it shares most
+    terms with); a sentence kept from the previous summary cites `summary:<n>`, the n-th sentence of
+    that summary (`summary_sentences`), whose chunks the caller recorded.
     """
 
     name = "compress.summarization"
@@ -321,29 +414,29 @@ class Summarization(Component):
     def compactor_compress(self, context: Context, run: Run) -> Context:
         context, chunks = usable(context, run, self.quarantine)
         known = _knowledge(context)
-        previous = known.summary
+        previous = [_previous_chunk(i, text) for i, text in enumerate(summary_sentences(known.summary))]
         limit = min(self.max_tokens, context.resolved_budget() or self.max_tokens)
-        summary, sources = self._rules(previous, chunks, context.query, limit, run)
+        summary, sentences = self._rules(previous, chunks, context.query, limit, run)
         method = "rules"
         if self.llm and chunks:
-            reply = self._llm(previous, chunks, context, limit, run)
+            reply = self._llm(known.summary, chunks, context, limit, run)
             if reply is not None:
-                summary, sources, method = reply, [c.id for c in chunks], "llm"
+                summary, method = reply, "llm"
+                sentences = trace_sentences(summary_sentences(reply), [*previous, *chunks])
         run.note("method", method)
         run.note("summary_tokens", run.counter.count(summary))
-        segment = Segment(id="summary", text=summary, title="Summary", chunk_ids=tuple(sources),
-                          metadata=frozen_mapping({"method": method, "provenance": "partial"}))
+        sources = [c for _, ids in sentences for c in ids if not c.startswith(PREVIOUS)]
+        segment = Segment(id="summary", text=summary, title="Summary",
+                          chunk_ids=tuple(dict.fromkeys(sources)),
+                          metadata=frozen_mapping({"method": method, "provenance": "sentences",
+                                                   "sentences": [[t, list(ids)] for t, ids in sentences]}))
         return context.evolve(segments=(segment,) if summary else (), state=context.state.with_(
             known.evolve(strategy="summarization", summary=summary)))
 
     @staticmethod
-    def _rules(previous: str, chunks: list[Chunk], query: str | None, limit: int,
-               run: Run) -> tuple[str, list[str]]:
-        old = [previous[s:e].strip() for s, e in split_sentences(previous)] if previous else []
-        old_set = frozenset(old)
-        pseudo = Chunk(id="summary", source_id="summary", index=0, start=0, end=len(previous),
-                       text=previous, tokens=0, scores=frozen_mapping({"combined": 0.8}))
-        pool = fx.candidates([pseudo, *chunks] if previous else chunks, query, run.counter)
+    def _rules(previous: list[Chunk], chunks: list[Chunk], query: str | None, limit: int,
+               run: Run) -> tuple[str, list[tuple[str, list[str]]]]:
+        pool = fx.candidates([*previous, *chunks], query, run.counter)
         chosen: list[fx.Candidate] = []
         used = 0
         for cand in pool:
@@ -353,15 +446,13 @@ class Summarization(Component):
                 continue
             chosen.append(cand)
             used += cand.tokens + 1
-        order = {id(c): i for i, c in enumerate(chunks)}
-        chosen.sort(key=lambda c: (c.text not in old_set,
-                                   old.index(c.text) if c.text in old_set else 0,
-                                   order.get(id(c.chunk), -1), c.chunk.text.find(c.text)))
+        order = {c.id: i for i, c in enumerate([*previous, *chunks])}
+        chosen.sort(key=lambda c: (order[c.chunk.id], c.chunk.text.find(c.text)))
         text = "\n".join(c.text for c in chosen)
         while text and run.counter.count(text) > limit:
             chosen.pop()
             text = "\n".join(c.text for c in chosen)
-        return text, list(dict.fromkeys(c.chunk.id for c in chosen if c.chunk.id != "summary"))
+        return text, [(c.text, [c.chunk.id]) for c in chosen]
 
     def _llm(self, previous: str, chunks: list[Chunk], context: Context, limit: int,
              run: Run) -> str | None:
@@ -370,3 +461,35 @@ class Summarization(Component):
         prompt = fill(template_for(self.prompt, "summary", lang), query=context.query or "",
                       budget=str(limit), content=f"{previous}\n\n---\n\n{content}" if previous else content)
         return complete_guarded([Request(prompt, f"{previous}\n{content}", limit, context.query)], run)[0]
+
+
+#: how a summary sentence cites the n-th sentence of the previous summary
+PREVIOUS = "summary:"
+#: an LLM sentence is traced to the chunks sharing at least this share of its best chunk's overlap
+TRACE_SHARE = 0.7
+TRACE_MAX = 3
+
+
+def summary_sentences(summary: str) -> list[str]:
+    """A summary's sentences, as its provenance lists them (one per line for a rules summary)."""
+    return [summary[s:e].strip() for s, e in split_sentences(summary) if summary[s:e].strip()]
+
+
+def _previous_chunk(index: int, text: str) -> Chunk:
+    """A previous summary sentence as a pseudo chunk, so it competes with the batch's sentences."""
+    return Chunk(id=f"{PREVIOUS}{index}", source_id="summary", index=index, start=0, end=len(text),
+                 text=text, tokens=0, scores=frozen_mapping({"combined": 0.8}))
+
+
+def trace_sentences(sentences: Sequence[str], chunks: Sequence[Chunk]) -> list[tuple[str, list[str]]]:
+    """Each sentence with the chunks it most likely came from: those sharing the largest share of
+    its content terms (at least `TRACE_SHARE` of the best overlap, at most `TRACE_MAX`)."""
+    chunk_terms = [(c.id, frozenset(ts.terms(c.text))) for c in chunks]
+    out: list[tuple[str, list[str]]] = []
+    for sentence in sentences:
+        mine = frozenset(ts.terms(sentence))
+        overlap = sorted(((len(mine & terms), cid) for cid, terms in chunk_terms if mine & terms),
+                         key=lambda x: -x[0])
+        top = overlap[0][0] if overlap else 0
+        out.append((sentence, [cid for n, cid in overlap if n >= TRACE_SHARE * top][:TRACE_MAX]))
+    return out
