@@ -5,7 +5,11 @@ What is measured
     that the compressed transcript still contains, at fixed cl100k token budgets (every output is
     checked to be within its budget). English content words: lower-cased alphabetic words of 3+
     letters that are not stop words (compactor's English list). Chinese: the reference's Han
-    character bigrams. Next to it: time per query.
+    character bigrams. Beside it, *inside gold*: the share of kept utterances that lie inside the
+    query's gold span (QMSum's `relevant_text_span`; VCSum's annotated segment), with the share of
+    all utterances inside the gold spans as the base rate a random pick would get; and *filler*: the
+    share of kept utterances that carry fewer than two content words (`compactor.text.utterances`).
+    Next to them: time per query.
 
     Data (``../shared/eval`` or ``$COMPACTOR_EVAL_DIR``):
 
@@ -51,6 +55,7 @@ from measure import okapi_bm25, print_environment
 import compactor
 from compactor.text.terms import stopwords
 from compactor.text.tokens import get_counter
+from compactor.text.utterances import is_filler
 
 COUNTER = get_counter("cl100k_base")
 _TAG = re.compile(r"\{[a-z_]+\}")
@@ -73,24 +78,34 @@ def segments_of(utterances: Sequence[tuple[str, str]], zh: bool) -> list[dict[st
 def qmsum_cases(limit: int | None) -> list[Case]:
     cases = []
     for meeting in read_jsonl(eval_dir() / "meeting-transcripts-qmsum" / "test.jsonl"):
-        utterances = [(u["speaker"], " ".join(_TAG.sub(" ", u["content"]).split()))
-                      for u in meeting["meeting_transcripts"]]
-        utterances = [(s, t) for s, t in utterances if t]
+        utterances, position = [], {}
+        for number, u in enumerate(meeting["meeting_transcripts"]):
+            text = " ".join(_TAG.sub(" ", u["content"]).split())
+            if text:  # an utterance left empty by the tag removal is dropped; gold spans follow
+                position[number] = len(utterances)
+                utterances.append((u["speaker"], text))
         segments = segments_of(utterances, zh=False)
         for query in meeting["specific_query_list"]:
-            cases.append({"query": query["query"], "reference": query["answer"], "segments": segments})
+            gold = {position[n] for a, b in query.get("relevant_text_span") or []
+                    for n in range(int(a), int(b) + 1) if n in position}
+            cases.append({"query": query["query"], "reference": query["answer"], "segments": segments,
+                          "gold": gold})
     return cases[:limit] if limit else cases
 
 
 def vcsum_cases(limit: int | None) -> list[Case]:
     cases = []
     for meeting in read_jsonl(eval_dir() / "vcsum-zh-meetings" / "meetings.jsonl"):
-        utterances = [(str(u["speaker"]), u["text"])
-                      for seg in meeting["segments"] for u in seg["utterances"]]
-        segments = segments_of(utterances, zh=True)
+        utterances, spans = [], []
         for seg in meeting["segments"]:
+            first = len(utterances)
+            utterances.extend((str(u["speaker"]), u["text"]) for u in seg["utterances"])
+            spans.append(set(range(first, len(utterances))))
+        segments = segments_of(utterances, zh=True)
+        for seg, span in zip(meeting["segments"], spans, strict=True):
             if seg.get("agenda") and seg.get("summary"):
-                cases.append({"query": seg["agenda"], "reference": seg["summary"], "segments": segments})
+                cases.append({"query": seg["agenda"], "reference": seg["summary"], "segments": segments,
+                              "gold": span})
     return cases[:limit] if limit else cases
 
 
@@ -166,6 +181,20 @@ def recall(reference: str, output: str, zh: bool) -> float | None:
     return len(wanted & have) / len(wanted)
 
 
+_STAMP = re.compile(r"^\[(\d+\.\d{2})-", re.MULTILINE)
+
+
+def kept_utterances(case: Case, output: str) -> list[int]:
+    """The utterances an output kept (whole or in part), found by their start timestamps."""
+    starts = {f"{s['start']:.2f}": s["index"] for s in case["segments"]}
+    return [starts[m] for m in _STAMP.findall(output) if m in starts]
+
+
+def base_rate(cases: Sequence[Case]) -> float:
+    """The share of utterances inside the gold span, over all queries: a random pick's share."""
+    return statistics.mean(len(c["gold"]) / len(c["segments"]) for c in cases)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--limit", type=int, help="queries per set")
@@ -174,10 +203,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     sets = {"qmsum": (qmsum_cases(args.limit), False, (256, 512, 1024)),
             "vcsum": (vcsum_cases(args.limit), True, (256, 512, 1024))}
     for name, (cases, zh, budgets) in sets.items():
-        print(f"\n{name}: {len(cases)} queries, content recall of the reference summary (%)")
-        print(f"{'method':<11}" + "".join(f"{f'{b} tok':>11}" for b in budgets) + f"{'CPU ms/q':>11}")
+        print(f"\n{name}: {len(cases)} queries, content recall of the reference summary (%), "
+              f"kept utterances inside the gold span (%; base rate {100 * base_rate(cases):.0f}%), "
+              "kept utterances that are filler (%)")
+        print(f"{'method':<11}" + "".join(f"{f'{b} tok':>11}{'gold':>6}{'fill':>6}" for b in budgets)
+              + f"{'CPU ms/q':>11}")
         names = list(METHODS)
         values: dict[tuple[str, int], list[float]] = {(m, b): [] for m in names for b in budgets}
+        inside: dict[tuple[str, int], list[bool]] = {(m, b): [] for m in names for b in budgets}
+        filler: dict[tuple[str, int], list[bool]] = {(m, b): [] for m in names for b in budgets}
         times: dict[str, list[float]] = {m: [] for m in names}
         turn = 0
         for budget in budgets:
@@ -191,11 +225,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                     value = recall(case["reference"], out, zh)
                     if value is not None:
                         values[(method_name, budget)].append(value)
+                    kept = kept_utterances(case, out)
+                    inside[(method_name, budget)].extend(i in case["gold"] for i in kept)
+                    filler[(method_name, budget)].extend(is_filler(case["segments"][i]["text"]) for i in kept)
         for method_name in names:
-            cells = [100 * statistics.mean(values[(method_name, b)]) for b in budgets]
-            print(f"{method_name:<11}" + "".join(f"{c:>11.1f}" for c in cells)
+            cells = [(100 * statistics.mean(values[(method_name, b)]), _share(inside[(method_name, b)]),
+                      _share(filler[(method_name, b)])) for b in budgets]
+            print(f"{method_name:<11}" + "".join(f"{c:>11.1f}{g:>6.0f}{f:>6.0f}" for c, g, f in cells)
                   + f"{1000 * statistics.median(times[method_name]):>11.1f}")
     return 0
+
+
+def _share(flags: Sequence[bool]) -> float:
+    return 100 * sum(flags) / len(flags) if flags else 0.0
 
 
 if __name__ == "__main__":

@@ -11,6 +11,9 @@ per-file summary instead, used only if it fits and invents nothing (timestamps i
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -21,20 +24,16 @@ from compactor.errors import InputError
 from compactor.formats.transcripts import overview, spoken
 from compactor.hookspecs import hookimpl
 from compactor.llm.guard import Request, complete_guarded
-from compactor.plugins.compress import facts as fx
 from compactor.plugins.llm import fill, template_for
-from compactor.plugins.score import bm25_scores
 from compactor.run import Run
 from compactor.state import TranscriptOptions
+from compactor.text import utterances as ut
 from compactor.text.language import is_chinese
 from compactor.text.relevance import index_terms
 from compactor.text.sentences import split_sentences
-from compactor.text.terms import is_han
 
 Unit = Literal["chars", "tokens"]
-#: Score a segment takes from the relevant one right before it (an answer follows its question),
-#: half that from two before, and from the one right after it.
-AFTER, BEFORE = 0.5, 0.1
+OnFailure = Literal["overview", "rules"]
 
 
 @dataclass(slots=True)
@@ -87,6 +86,8 @@ def layout(file: str, lines: Sequence[_Line], lang: str) -> str:
     out = [labels["start"].format(f=file)]
     runs = blocks(lines)
     for n, run in enumerate(runs, 1):
+        if n > 1:
+            out.append("")  # a blank line between blocks
         out.append("  " + labels["block"].format(n=n, a=run[0].segment.index, b=run[-1].segment.index))
         out.extend(f"  {line.text}" for line in run)
         out.append("  " + labels["block_end"].format(n=n))
@@ -123,19 +124,27 @@ class HierarchicalOrganizer(Component):
 
     def __init__(self, *, max_length: int | None = 2000, unit: Unit = "chars", language: Literal[
             "auto", "en", "zh"] = "auto", llm: bool = False, prompt: DataPath | None = None,
-                 max_input_tokens: int = 12000) -> None:
+                 max_input_tokens: int = 12000, overview: bool = False,
+                 on_llm_failure: OnFailure = "rules") -> None:
+        if on_llm_failure not in ("overview", "rules"):
+            raise InputError(f"on_llm_failure must be 'overview' or 'rules', not {on_llm_failure!r}")
         self.max_length = max_length
         self.unit = unit
         self.language = language
         self.llm = llm
         self.prompt = prompt
         self.max_input_tokens = max_input_tokens
+        self.overview = overview
+        self.on_llm_failure = on_llm_failure
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
         options = dict(context.state.get(TranscriptOptions, TranscriptOptions()).values)
         unit: Unit = options.get("unit") or self.unit
         max_length = options.get("max_length", self.max_length)
+        on_failure = options.get("on_llm_failure") or self.on_llm_failure
+        if on_failure not in ("overview", "rules"):
+            raise InputError(f"on_llm_failure must be 'overview' or 'rules', not {on_failure!r}")
         budget = context.resolved_budget()
         files = [s for s in context.sources if s.kind == "transcript" and s.segments]
         if not files:
@@ -157,11 +166,12 @@ class HierarchicalOrganizer(Component):
             limit = min(limit, budget * (4 if unit == "chars" else 1))
 
         lines = {s.id: _lines(s, context, run) for s in files}
-        head = overview(files, lang == "zh")
-        organised = [head] + [layout(s.uri or s.id, lines[s.id], lang) for s in files]
-        if fits("\n\n".join(organised)):
+        summary = overview(files, lang == "zh")
+        head = summary if bool(options.get("overview", self.overview)) else None
+        organised = [layout(s.uri or s.id, lines[s.id], lang) for s in files]
+        if fits("\n\n".join(_with(head, organised))):
             run.note("mode", "organised")
-            return context.evolve(segments=self._segments(files, organised, lines, lines))
+            return context.evolve(segments=self._segments(files, head, organised, lines))
         kept = self._select(files, lines, context.query, fits, measure, limit, lang, head, run)
         parts = compressed_parts(files, lines, kept, head, lang)
         while not fits("\n\n".join(parts)) and any(kept.values()):  # the left-out line pushed it over
@@ -170,70 +180,118 @@ class HierarchicalOrganizer(Component):
                 kept[s.id] = [line for line in kept[s.id] if line is not weakest]
             parts = compressed_parts(files, lines, kept, head, lang)
         if not fits("\n\n".join(parts)):  # a limit smaller than the overview: the overview, cut
-            parts = [cut_to(head, fits)]
+            parts = [cut_to(summary, fits)]
             kept = {s.id: [] for s in files}
+            head = None
         mode = "rules"
         if bool(options.get("llm", self.llm)):
             limit_text = f"{max_length} {'characters' if unit == 'chars' else 'tokens'}"
-            reply = self._llm(context.query or "", head, "\n\n".join(organised), fits, limit_text, lang, run)
+            reply = self._llm(context.query or "", summary, "\n\n".join(organised),
+                              lambda text: fits("\n\n".join(_with(head, [text]))), limit_text, lang, run)
             if reply is not None:
-                parts, mode = [head, reply], "llm"
+                return self._done(context, run, files, head, [reply], {s.id: [] for s in files}, lines,
+                                  "llm")
+            if on_failure == "overview":
+                shown = summary if fits(summary) else cut_to(summary, fits)
+                return self._done(context, run, files, None, [shown],
+                                  {s.id: [] for s in files}, lines, "overview")
+        body = parts[1:] if head is not None else parts
+        return self._done(context, run, files, head, body, kept, lines, mode)
+
+    def _done(self, context: Context, run: Run, files: Sequence[Source], head: str | None, body: list[str],
+              kept: dict[str, list[_Line]], lines: dict[str, list[_Line]], mode: str) -> Context:
         run.note("mode", mode)
         run.note("kept_segments", {s.uri or s.id: len(kept[s.id]) for s in files})
-        return context.evolve(segments=self._segments(files, parts, kept, lines, llm=mode == "llm"))
+        if mode == "overview":
+            return context.evolve(segments=(Segment(id="overview", text=body[0], chunk_ids=(),
+                                                    title="Overview"),))
+        return context.evolve(segments=self._segments(files, head, body, kept if mode != "llm" else lines,
+                                                      llm=mode == "llm"))
 
     def _select(self, files: Sequence[Source], lines: dict[str, list[_Line]], query: str | None,
-                fits: Callable[[str], bool], measure: Callable[[str], int], limit: int, lang: str, head: str,
-                run: Run) -> dict[str, list[_Line]]:
-        """Best segments first (question relevance, information, neighbours), every file's best one
-        before any file's second, while the compressed layout fits."""
+                fits: Callable[[str], bool], measure: Callable[[str], int], limit: int, lang: str,
+                head: str | None, run: Run) -> dict[str, list[_Line]]:
+        """Sentences of the segments, most worth their cost first: relevance to the question (the
+        segment's own, and spread from matches nearby: an answer sits in a stretch of talk) times the
+        content words they add to what is already kept; filler is never kept. Every file's best
+        sentence comes before any file's second."""
         everything = [line for s in files for line in lines[s.id]]
-        docs = [list(index_terms(line.segment.text)) for line in everything]
-        query_terms = match_terms(query or "")
-        raw, _ = bm25_scores(docs, query_terms, 1.2, 0.75) if query_terms else ([0.0] * len(docs), {})
-        top = max(raw, default=0.0) or 1.0
-        for line, doc, value in zip(everything, docs, raw, strict=True):
-            line.score = value / top + 0.2 * fx.information(line.segment.text) + min(len(set(doc)), 20) / 400
-        for s in files:  # the segments right after a relevant one (a question's answer) and before it
-            file_lines = lines[s.id]
-            base = [line.score for line in file_lines]
-            for n, line in enumerate(file_lines):
-                pulls = ((n - 1, AFTER), (n - 2, AFTER / 2), (n + 1, BEFORE))
-                near = [weight * base[m] for m, weight in pulls if 0 <= m < len(file_lines)
-                        and abs(file_lines[m].segment.index - line.segment.index) == abs(m - n)]
-                line.score += max(near, default=0.0)
-        order: list[tuple[int, float, str, int]] = []
-        for s in files:
-            ranked = sorted(range(len(lines[s.id])), key=lambda n: -lines[s.id][n].score)
-            order.extend((rank, -lines[s.id][n].score, s.id, n) for rank, n in enumerate(ranked))
-        order.sort(key=lambda item: (item[0] > 0, item[1]))  # each file's best first, then by score
-
-        def render(picked: dict[str, set[int]]) -> str:
-            chosen_lines = {s.id: [lines[s.id][n] for n in sorted(picked[s.id])] for s in files}
-            return "\n\n".join(compressed_parts(files, lines, chosen_lines, head, lang))
-
-        # a long segment competes with its most relevant sentences (each kept verbatim)
+        own, index, terms = ut.relevance([line.segment.text for line in everything], query or "")
+        near: list[float] = []
+        for s in files:  # relevance spreads within a file only
+            near.extend(ut.spread(own[len(near):len(near) + len(lines[s.id])], ut.SPREAD))
+        whole = sum(index.idf(t) for t in terms) or 1.0
         cap = max(limit // 2, 24)
-        for line in everything:
-            if measure(line.text) > cap:
-                frame = measure(line.text) - measure(line.segment.text)  # timestamps and speaker
-                line.excerpt = excerpt(line.segment.text, query_terms, max(8, cap - frame), measure)
-        # estimate with per-line costs, then verify the rendered text once and trim the weakest
-        costs = {s.id: [measure(line.text) + 1 for line in lines[s.id]] for s in files}
+        pieces = {id(line): _sentences(line.segment.text, cap, measure) for line in everything}
+        units: list[_Unit] = []
+        for line, mine, around in zip(everything, own, near, strict=True):
+            line.score = WEIGHTS.own * mine + WEIGHTS.around * around + WEIGHTS.floor
+            for k, sentence in enumerate(pieces[id(line)]):
+                words = ut.content_terms(sentence)
+                if len(words) < ut.MIN_CONTENT:
+                    continue
+                match = sum(index.idf(t) for t in terms if t in set(index_terms(sentence))) / whole
+                units.append(_Unit(line, k, sentence, line.score + WEIGHTS.sentence * match, words,
+                                   measure(sentence) + 1))
+        frames = {id(line): measure(line.text) - measure(" ".join(line.segment.text.split())) + 1
+                  for line in everything}
         headers = {s.id: measure(kept_layout(s.uri or s.id, [], len(lines[s.id]), lang)) + 4 for s in files}
-        used = measure(head)
-        chosen: dict[str, set[int]] = {s.id: set() for s in files}
-        for _, _, sid, n in order:
-            extra = costs[sid][n] + (0 if chosen[sid] else headers[sid]) + 2  # + a possible gap mark
-            if used + extra <= limit:
-                chosen[sid].add(n)
-                used += extra
-        while any(chosen.values()) and not fits(render(chosen)):
-            sid, n = min(((sid, n) for sid, picked in chosen.items() for n in picked),
-                         key=lambda pair: lines[pair[0]][pair[1]].score)
-            chosen[sid].discard(n)
-        run.note("selected", sum(len(v) for v in chosen.values()))
-        return {s.id: [lines[s.id][n] for n in sorted(chosen[s.id])] for s in files}
+        file_of = {id(line): s.id for s in files for line in lines[s.id]}
+        used = measure(head) if head else 0
+        chosen: dict[int, list[_Unit]] = {}
+        covered: set[str] = set()
+
+        def extra(unit: _Unit) -> int:
+            line = unit.line
+            fresh = id(line) not in chosen
+            first_of_file = fresh and not any(file_of[key] == file_of[id(line)] for key in chosen)
+            return unit.cost + (frames[id(line)] if fresh else 2) + (headers[file_of[id(line)]]
+                                                                      if first_of_file else 0)
+
+        def take(unit: _Unit) -> None:
+            nonlocal used
+            used += extra(unit)
+            chosen.setdefault(id(unit.line), []).append(unit)
+            covered.update(unit.words)
+
+        def gain(unit: _Unit) -> float:
+            return unit.score * min(len(unit.words - covered), 30) / unit.cost ** WEIGHTS.cost_power
+
+        for s in files:  # each file's best sentence first
+            mine_units = [u for u in units if file_of[id(u.line)] == s.id]
+            best = max(mine_units, key=gain, default=None)
+            if best is not None and used + extra(best) <= limit:
+                take(best)
+        taken = {id(u) for group in chosen.values() for u in group}
+        heap = [(-gain(u), n) for n, u in enumerate(units) if id(u) not in taken]
+        heapq.heapify(heap)
+        while heap:  # lazy greedy: a unit's gain only falls as more is covered
+            _, n = heapq.heappop(heap)
+            unit = units[n]
+            value = gain(unit)
+            if heap and value < -heap[0][0] - 1e-12:
+                heapq.heappush(heap, (-value, n))
+                continue
+            if value > 0 and used + extra(unit) <= limit:
+                take(unit)
+
+        def kept() -> dict[str, list[_Line]]:
+            for line in everything:
+                group = sorted(chosen.get(id(line), []), key=lambda u: u.position)
+                line.excerpt = _joined(group, pieces[id(line)])
+            return {s.id: [line for line in lines[s.id] if id(line) in chosen] for s in files}
+
+        def render() -> str:
+            return "\n\n".join(compressed_parts(files, lines, kept(), head, lang))
+
+        while chosen and not fits(render()):  # the estimate was short: drop the weakest sentence
+            weakest = min((u for group in chosen.values() for u in group), key=lambda u: u.score)
+            chosen[id(weakest.line)].remove(weakest)
+            if not chosen[id(weakest.line)]:
+                del chosen[id(weakest.line)]
+        result = kept()
+        run.note("selected", sum(len(v) for v in result.values()))
+        return result
 
     def _llm(self, question: str, head: str, organised: str, fits: Callable[[str], bool], limit: str,
              lang: str, run: Run) -> str | None:
@@ -247,15 +305,15 @@ class HierarchicalOrganizer(Component):
             [] if fits(f"{head}\n\n{reply}") else ["the summary is over the length limit"]))[0]
 
     @staticmethod
-    def _segments(files: Sequence[Source], parts: list[str], kept: dict[str, list[_Line]],
-                  lines: dict[str, list[_Line]], llm: bool = False) -> tuple[Segment, ...]:
-        segments = [Segment(id="overview", text=parts[0], chunk_ids=(), title="Overview")]
+    def _segments(files: Sequence[Source], head: str | None, body: list[str], kept: dict[str, list[_Line]],
+                  llm: bool = False) -> tuple[Segment, ...]:
+        segments = [Segment(id="overview", text=head, chunk_ids=(), title="Overview")] if head else []
         if llm:
-            ids = tuple(line.chunk for s in files for line in lines[s.id])
-            segments.append(Segment(id="llm", text=parts[1], chunk_ids=ids, title="Summary",
+            ids = tuple(line.chunk for s in files for line in kept[s.id])
+            segments.append(Segment(id="llm", text=body[0], chunk_ids=ids, title="Summary",
                                     metadata=frozen_mapping({"llm": True})))
             return tuple(segments)
-        texts = iter(parts[1:])
+        texts = iter(body)
         for s in files:
             if kept[s.id]:
                 ids = tuple(x.chunk for x in kept[s.id])
@@ -264,21 +322,16 @@ class HierarchicalOrganizer(Component):
         return tuple(segments)
 
 
-def match_terms(query: str) -> list[str]:
-    """The question's index terms; for Chinese, its character bigrams without the single characters
-    (a single common character matches nearly every line)."""
-    found = list(index_terms(query))
-    han_bigrams = [t for t in found if len(t) == 2 and all(is_han(ch) for ch in t)]
-    if not han_bigrams:
-        return found
-    return [t for t in found if not (len(t) == 1 and is_han(t))]
+def _with(head: str | None, parts: list[str]) -> list[str]:
+    return [head, *parts] if head is not None else parts
 
 
 def compressed_parts(files: Sequence[Source], lines: dict[str, list[_Line]], kept: dict[str, list[_Line]],
-                     head: str, lang: str) -> list[str]:
-    """The compressed output's parts: overview, each file's kept lines, the files left out."""
-    parts = [head] + [kept_layout(s.uri or s.id, kept[s.id], len(lines[s.id]), lang) for s in files
-                      if kept[s.id]]
+                     head: str | None, lang: str) -> list[str]:
+    """The compressed output's parts: the overview (if shown), each file's kept lines, the files left
+    out."""
+    parts = _with(head, [kept_layout(s.uri or s.id, kept[s.id], len(lines[s.id]), lang) for s in files
+                            if kept[s.id]])
     left = [s.uri or s.id for s in files if not kept[s.id]]
     if left:
         parts.append(LABELS[lang]["left"].format(files=", ".join(left)))
@@ -292,25 +345,65 @@ def cut_to(text: str, fits: Callable[[str], bool]) -> str:
     return text + "…" if fits(text + "…") else ""
 
 
-def excerpt(text: str, query_terms: Sequence[str], room: int, measure: Callable[[str], int]) -> str:
-    """The sentences of a long segment that best match the question (information breaking ties),
-    in their order, joined by an ellipsis, within `room`."""
-    spans = split_sentences(text)
-    sentences = [" ".join(text[a:b].split()) for a, b in spans]
-    sentences = [x for x in sentences if x]
-    scores, _ = bm25_scores([list(index_terms(x)) for x in sentences], query_terms, 1.2, 0.75)
-    ranked = sorted(range(len(sentences)), key=lambda n: (-scores[n], -fx.information(sentences[n]), n))
-    chosen: list[int] = []
-    for n in ranked:
-        trial = " … ".join(sentences[m] for m in sorted([*chosen, n]))
-        if measure(trial) <= room:
-            chosen.append(n)
-    if not chosen:  # even the best sentence is too long: its start
-        best = sentences[ranked[0]] if ranked else text
-        while len(best) > 1 and measure(best + " …") > room:
-            best = best[: int(len(best) * 0.8)]
-        return best + " …"
-    return " … ".join(sentences[m] for m in sorted(chosen))
+@dataclass(frozen=True, slots=True)
+class _Weights:
+    """How a sentence's worth is made: the segment's own relevance, the relevance spread from
+    matches nearby, a floor so that content away from any match still counts, the share of the
+    question's weight the sentence itself matches, and how strongly cost divides the worth (below 1:
+    a longer sentence that adds more content words is not penalised in full)."""
+
+    own: float = 0.3
+    around: float = 2.0
+    floor: float = 0.2
+    sentence: float = 0.5
+    cost_power: float = 0.7
+
+
+WEIGHTS = _Weights()
+
+
+@dataclass(slots=True)
+class _Unit:
+    """One sentence of one segment, a candidate for the compressed output."""
+
+    line: _Line
+    position: int
+    text: str
+    score: float
+    words: frozenset[str]
+    cost: int
+
+
+_CLAUSE = re.compile(r"(?<=[,;，；、])\s*")
+
+
+def _sentences(text: str, cap: int, measure: Callable[[str], int]) -> list[str]:
+    """A segment's sentences (whitespace collapsed); one over `cap` is cut at its clauses, and a
+    clause still over `cap` is left out (it could never be kept)."""
+    out: list[str] = []
+    for a, b in split_sentences(text) or [(0, len(text))]:
+        sentence = " ".join(text[a:b].split())
+        if not sentence:
+            continue
+        if measure(sentence) <= cap:
+            out.append(sentence)
+            continue
+        clauses = (" ".join(c.split()) for c in _CLAUSE.split(sentence))
+        out.extend(c for c in clauses if c and measure(c) <= cap)
+    return out
+
+
+def _joined(units: Sequence[_Unit], sentences: Sequence[str]) -> str | None:
+    """The kept sentences of a segment in order, a gap marked by an ellipsis; None when all are kept
+    (the segment is shown whole)."""
+    if not units:
+        return None
+    if len(units) == len(sentences):
+        return None
+    out = units[0].text
+    for before, unit in itertools.pairwise(units):
+        out += (" " if unit.position == before.position + 1 else " … ") + unit.text
+    return out
 
 
 def _lines(source: Source, context: Context, run: Run) -> list[_Line]:

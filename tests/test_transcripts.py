@@ -58,18 +58,19 @@ def test_layout_groups_blocks_by_index_continuity_in_english_and_chinese() -> No
         {"index": 1, "start": 3.5, "end": 8.2, "text": "Sentence one again (a duplicate)."}]}
     text = compactor.compress_single_file_results("anything", results)
     assert text == (
-        "Retrieved segments per file: example_video.mp4: 5 segments.\n\n"
         "[File start: example_video.mp4]\n"
         "  [Block 1 - indices 0-1]\n  [0.00-3.50] Sentence zero.\n  [3.50-8.20] Sentence one.\n"
         "  [3.50-8.20] Sentence one again (a duplicate).\n"
-        "  [Block end: 1]\n"
+        "  [Block end: 1]\n\n"
         "  [Block 2 - indices 5-6]\n  [25.00-28.50] Sentence five.\n  [28.50-32.10] Sentence six.\n"
         "  [Block end: 2]\n[File end: example_video.mp4]\n\n"
         "Note: the blocks above come from different parts of the same file; they are not continuous in time.")
     zh = {"filename": "讲座.mp4", "segments": [
         {"index": 0, "start": 0.0, "end": 3.5, "text": "句子一。"},
         {"index": 2, "start": 8.2, "end": 9.0, "text": "句子三。", "speaker": "主持人"}]}
-    text = compactor.compress_single_file_results("问题", zh)
+    assert compactor.compress_single_file_results("anything", results, overview=True) == (
+        "Retrieved segments per file: example_video.mp4: 5 segments.\n\n" + text)
+    text = compactor.compress_single_file_results("问题", zh, overview=True)
     assert "[文件开始: 讲座.mp4]" in text and "[块开始: 2 - 索引: 2-2]" in text
     assert "  [8.20-9.00] 主持人: 句子三。" in text
     assert text.endswith("请注意：以上内容来自同一视频的不同块，不保证时间连续性。")
@@ -129,7 +130,10 @@ def test_a_failing_or_inventing_llm_keeps_the_rule_output(openai_server: FakeOpe
     good = "File talk.mp4:\nGPU rental prices fell to $2.07 per hour [35.00-39.50]."
     openai_server.respond = lambda request: Reply(content=good)
     used = compactor.compress_single_file_results("GPU prices?", results, max_length=700, llm=settings)
-    assert used.endswith(good) and used.startswith("Retrieved segments per file: talk.mp4: 60 segments.")
+    assert used == good
+    shown = compactor.compress_single_file_results("GPU prices?", results, max_length=700, llm=settings,
+                                                   overview=True)
+    assert shown == "Retrieved segments per file: talk.mp4: 60 segments.\n\n" + good
     request = openai_server.requests[-1].json
     assert request["temperature"] == 0.3 and request["max_tokens"] == 1500
     assert "[35.00-39.50] In part 7 the speaker says GPU rental prices" in request["messages"][0]["content"]
@@ -141,7 +145,7 @@ def test_any_other_failure_returns_the_file_overview() -> None:
     text = compactor.compress_multiple_files_results("q", results, pipeline="no-such-pipeline")
     assert text == "Retrieved segments per file: a.mp4: 3 segments; b.mp4: 2 segments."
     single = compactor.compress_retrieval_results("q", results[0])
-    assert single.startswith("Retrieved segments per file: a.mp4")
+    assert single.startswith("[File start: a.mp4]\n  [Block 1 - indices 0-2]")
 
 
 def test_cli_organises_subtitle_files(tmp_path: Path) -> None:

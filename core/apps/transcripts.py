@@ -22,27 +22,34 @@ from typing import Any, Literal
 from compactor.apps.common import PipelineArg, llm_mapping, pipeline_for
 from compactor.document import Context, Source
 from compactor.errors import InputError
-from compactor.formats.transcripts import overview, read_results, segments_of, spoken, transcript_source
+from compactor.formats.transcripts import overview as file_overview
+from compactor.formats.transcripts import read_results, segments_of, spoken, transcript_source
 from compactor.pipeline import Pipeline
 from compactor.state import State, TranscriptOptions
 from compactor.text.language import is_chinese
 
 log = logging.getLogger(__name__)
 Unit = Literal["chars", "tokens"]
+OnFailure = Literal["overview", "rules"]
 
 
 def compress_transcripts(results: Any, *, query: str, budget: int = 2000, unit: Unit = "chars",
-                         llm: Any = None, pipeline: PipelineArg = "transcripts",
-                         plugins: Iterable[Any] = ()) -> str:
+                         llm: Any = None, overview: bool = False, on_llm_failure: OnFailure = "rules",
+                         pipeline: PipelineArg = "transcripts", plugins: Iterable[Any] = ()) -> str:
     """The organised (and, when over `budget`, query-compressed) content of retrieved transcript
     segments: one file's results (a dict), several (a list of dicts) or a flat list of segments.
 
-    `budget` counts characters (the seed's unit) or tokens (`unit="tokens"`). Like the seed's
-    functions it never breaks the agent's loop: unreadable results or a failed step give the file
-    overview and a logged warning. The seed's names (`compress_single_file_results`,
-    `compress_multiple_files_results`, `compress_retrieval_results`, with `question` and
-    `max_length`) call this.
+    `budget` counts characters (the seed's unit) or tokens (`unit="tokens"`). The layout is the
+    seed's (file markers, numbered blocks with a blank line between them); `overview=True` puts the
+    file overview line (segments per file) on top. When an LLM is given and its reply fails or is
+    refused, `on_llm_failure="rules"` returns the rule-selected segments and `"overview"` the file
+    overview alone, as the seed does. Like the seed's functions it never breaks the agent's loop:
+    unreadable results or a failed step give the file overview and a logged warning. The seed's names
+    (`compress_single_file_results`, `compress_multiple_files_results`, `compress_retrieval_results`,
+    with `question` and `max_length`) call this.
     """
+    if on_llm_failure not in ("overview", "rules"):
+        raise InputError(f"on_llm_failure must be 'overview' or 'rules', not {on_llm_failure!r}")
     items = [results] if isinstance(results, Mapping | Source) else results
     try:
         sources = _merged([s for item in _as_list(items) for s in read_results(item)])
@@ -50,29 +57,34 @@ def compress_transcripts(results: Any, *, query: str, budget: int = 2000, unit: 
         log.warning("transcript results unreadable: %s", exc)
         return f"(unreadable retrieval results: {exc})"
     try:
-        return _run(query, sources, budget, unit, llm, pipeline_for(pipeline, plugins))
+        layout = {"overview": overview, "on_llm_failure": on_llm_failure}
+        return _run(query, sources, budget, unit, llm, layout, pipeline_for(pipeline, plugins))
     except Exception as exc:  # the seed's contract: never break the agent's loop
         log.warning("transcript compression failed (%s: %s); returning the file overview",
                     type(exc).__name__, exc)
-        return overview(sources, is_chinese(spoken(sources)))
+        return file_overview(sources, is_chinese(spoken(sources)))
 
 
 def compress_multiple_files_results(question: str, retrieval_results_list: Any, max_length: int = 2000, *,
-                                    unit: Unit = "chars", llm: Any = None,
+                                    unit: Unit = "chars", llm: Any = None, overview: bool = False,
+                                    on_llm_failure: OnFailure = "rules",
                                     pipeline: PipelineArg = "transcripts",
                                     plugins: Iterable[Any] = ()) -> str:
     """Seed 002's name for `compress_transcripts` over several files' results."""
     return compress_transcripts(retrieval_results_list, query=question, budget=max_length, unit=unit,
-                                llm=llm, pipeline=pipeline, plugins=plugins)
+                                llm=llm, overview=overview, on_llm_failure=on_llm_failure,
+                                pipeline=pipeline, plugins=plugins)
 
 
 def compress_single_file_results(question: str, retrieval_results: Any, max_length: int = 2000, *,
-                                 unit: Unit = "chars", llm: Any = None,
+                                 unit: Unit = "chars", llm: Any = None, overview: bool = False,
+                                 on_llm_failure: OnFailure = "rules",
                                  pipeline: PipelineArg = "transcripts",
                                  plugins: Iterable[Any] = ()) -> str:
     """Seed 002's name for `compress_transcripts` over one file's results."""
     return compress_transcripts([retrieval_results], query=question, budget=max_length, unit=unit, llm=llm,
-                                pipeline=pipeline, plugins=plugins)
+                                overview=overview, on_llm_failure=on_llm_failure, pipeline=pipeline,
+                                plugins=plugins)
 
 
 def compress_retrieval_results(question: str, retrieval_results: Any, max_length: int = 2000,
@@ -99,13 +111,13 @@ def _as_list(results: Any) -> list[Any]:
     return items
 
 
-def _run(question: str, sources: list[Source], max_length: int, unit: Unit, llm: Any,
+def _run(question: str, sources: list[Source], max_length: int, unit: Unit, llm: Any, layout: dict[str, Any],
          runner: Pipeline) -> str:
     if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length <= 0:
         raise InputError(f"the budget (max_length) must be a positive integer, not {max_length!r}")
     settings = llm_mapping(llm)
-    options = {"max_length": max_length, "unit": unit, "llm": settings is not None}
+    options = {"max_length": max_length, "unit": unit, "llm": settings is not None, **layout}
     context = Context(sources=tuple(sources), query=question,
                       state=State([TranscriptOptions(options)]))
     result = runner.run(context, output_format="text", llm=settings)
-    return result.output or overview(sources, is_chinese(spoken(sources)))
+    return result.output or file_overview(sources, is_chinese(spoken(sources)))
