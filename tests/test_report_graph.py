@@ -351,3 +351,25 @@ def test_the_example_sends_small_observations_straight_to_the_reporter(tmp_path:
     assert lines[0].startswith("route: direct_to_reporter (") and lines[1] == "---"
     assert lines[2].startswith(PAGES[0])
     assert lines[-1] == "Note: this report is based on the full research content."
+
+
+class SlimState(TypedDict):
+    """A parent state with the summarizer's keys only, none of its report keys."""
+
+    pages: list[str]
+    question: str
+    digest: NotRequired[str]
+
+
+def test_the_summarizer_runs_in_an_async_graph_whose_state_lacks_its_report_keys() -> None:
+    import asyncio
+
+    model = ScriptedModel(honest(merge_share=0.5))
+    graph = StateGraph(SlimState)
+    graph.add_node("summarize", summarizer(model))
+    graph.add_edge(START, "summarize")
+    graph.add_edge("summarize", END)
+    out = asyncio.run(graph.compile().ainvoke({"pages": PAGES, "question": TASK}))
+    assert set(out) == {"pages", "question", "digest"}
+    [reduce] = merges(model)
+    assert out["digest"] == lead(asked(reduce)[0], 800) and len(model.prompts) == 11
