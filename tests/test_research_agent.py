@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from compactor.apps.research import ResearchSession
+from compactor.apps.research_fetch import FetchError, HttpFetcher, error_page_reason, fetch_pages
 from compactor.apps.research_report import footnote_refs, unresolved_footnotes
 from compactor.apps.search_providers import (
     OfflineSearch,
@@ -22,6 +23,8 @@ from compactor.apps.search_providers import (
 from compactor.errors import CompactorWarning, InputError
 from compactor.text.tokens import get_counter
 
+from .openai_server import FakeOpenAI, Reply
+from .openai_server import openai_server as openai_server
 from .web_server import LocalWeb, Page
 from .web_server import local_web as local_web
 
@@ -318,3 +321,174 @@ def test_a_failing_or_junk_provider_costs_only_that_search_or_result() -> None:
     no_provider = ResearchSession([{"role": "user", "content": "x"}])
     assert no_provider.handle_tool_call(_tool("s", "tavily_search", query="q"))["content"].startswith(
         "error: this ResearchSession has no search provider")
+
+
+# -- fetching the useful pages -----------------------------------------------------------------------
+
+
+def test_end_of_research_fetches_useful_pages_in_parallel_and_a_bad_page_costs_only_itself() -> None:
+    import threading
+    import time
+
+    active, peak, seen = [0], [0], []
+    lock = threading.Lock()
+    fuller = (TOPICS["EV battery prices"][0][2]
+              + " EV battery pack prices for electric buses were $180 per kWh in 2023.")
+
+    def fetch(url: str) -> Any:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+            seen.append(url)
+        time.sleep(0.2)
+        with lock:
+            active[0] -= 1
+        if url == "https://ex.com/bnef":
+            return fuller
+        if url == "https://ex.com/sodium":
+            raise ConnectionError("reset by peer")
+        if url == "https://ex.com/charging":
+            return "<html><title>404 Not Found</title><body>Page not found</body></html>"
+        if url == "https://ex.com/grid":
+            time.sleep(2)
+        return "never used"
+
+    with pytest.warns(CompactorWarning) as caught:
+        session = research(fetch=fetch, fetch_timeout=0.8)
+    messages = sorted(str(w.message) for w in caught)
+    assert len(messages) == 3
+    assert any("https://ex.com/sodium (ConnectionError: reset by peer)" in m for m in messages)
+    assert any("https://ex.com/charging (error page" in m for m in messages)
+    assert any("https://ex.com/grid (no answer within 0.8 s)" in m for m in messages)
+    assert "https://ex.com/recipes" not in seen  # only useful pages are fetched
+    assert peak[0] >= 3
+    battery, charging, _ = session.search_results
+    assert battery["fetched"] == ["https://ex.com/bnef"] and "$180 per kWh" in session.report()
+    assert "630,000" in session.report() and "60%" in session.report()  # search results kept
+    assert charging["useful_webpages"] == ["https://ex.com/charging"] and charging["fetched"] == []
+    assert unresolved_footnotes(session.report(budget=300)) == []
+
+
+def test_fetch_pages_turns_every_kind_of_failure_into_one_warning_naming_the_url() -> None:
+    answers: dict[str, Any] = {"https://a.example": "A long enough article about batteries and their prices.",
+                               "https://b.example": b"binary", "https://c.example": None,
+                               "https://d.example": "   "}
+    with pytest.warns(CompactorWarning) as caught:
+        got = fetch_pages([*answers, "https://a.example"], answers.__getitem__, workers=2)
+    assert got == {"https://a.example": answers["https://a.example"]}
+    assert sorted(str(w.message).removesuffix("; its search result is kept") for w in caught) == [
+        "could not fetch https://b.example (the fetcher returned bytes, not text)",
+        "could not fetch https://c.example (the fetcher returned NoneType, not text)",
+        "could not fetch https://d.example (empty page)"]
+    assert error_page_reason("Just a moment... Enable JavaScript and cookies to continue") is not None
+    assert error_page_reason("The 404 error rate fell. " + "Servers answered normally. " * 40) is None
+
+
+def test_the_http_fetcher_keeps_to_its_limits(local_web: LocalWeb) -> None:
+    article = "<html><body><p>" + "Solid-state cells store more energy per kilogram. " * 30 + "</p></body>"
+    local_web.pages.update({
+        "/ok": Page(article),
+        "/missing": Page("gone", 404, "text/plain"),
+        "/hop1": Page("", 302, headers={"Location": "/hop2"}),
+        "/hop2": Page("", 302, headers={"Location": "/hop3"}),
+        "/hop3": Page("", 302, headers={"Location": "/ok"}),
+        "/big": Page("x" * 5000, content_type="text/plain"),
+        "/image": Page(b"\x89PNG....", content_type="image/png"),
+        "/blocked": Page("<html><title>Access denied</title><body>Request blocked.</body></html>"),
+        "/slow": Page(article, delay=2.0),
+    })
+    fetch = HttpFetcher(timeout=0.5, max_bytes=4000, max_redirects=2)
+    assert "Solid-state cells" in fetch(f"{local_web.url}/ok")
+    for path, why in [("/missing", "HTTP 404"), ("/hop1", "more than 2 redirects"),
+                      ("/big", "larger than 4000 bytes"), ("/image", "not text (image/png)"),
+                      ("/blocked", "error page"), ("/slow", "timed out after 0.5 s")]:
+        with pytest.raises(FetchError, match=re.escape(why)):
+            fetch(f"{local_web.url}{path}")
+    assert "Solid-state" in HttpFetcher(max_redirects=3)(f"{local_web.url}/hop1")
+    with pytest.raises(FetchError, match="only http"):
+        fetch("file:///etc/passwd")
+
+
+def test_an_http_fetched_research_run_reads_the_full_pages(local_web: LocalWeb) -> None:
+    full = ("<html><head><title>Battery survey</title></head><body><article><p>Lithium-ion battery pack "
+            "prices fell 14% in 2023 to $139 per kWh.</p><p>Battery pack prices for buses were $180 per kWh "
+            "in 2023.</p></article></body></html>")
+    local_web.pages["/bnef"] = Page(full)
+    local_web.pages["/gone"] = Page("gone", 410, "text/plain")
+    session = ResearchSession([{"role": "user", "content": "Research batteries."}],
+                              topic="battery pack prices", fetch=HttpFetcher(timeout=2))
+    session.record_search_results([
+        {"url": f"{local_web.url}/bnef", "title": "BNEF", "content": "Battery pack prices fell 14% in 2023."},
+        {"url": f"{local_web.url}/gone", "title": "Old",
+         "content": "Battery pack prices were $1,100 per kWh in 2010."}])
+    with pytest.warns(CompactorWarning, match=re.escape(f"could not fetch {local_web.url}/gone (HTTP 410)")):
+        session.end_of_research()
+    report = session.report()
+    assert "$180 per kWh" in report and "$1,100 per kWh" in report and unresolved_footnotes(report) == []
+
+
+# -- the LLM-written report --------------------------------------------------------------------------
+
+
+def _llm(server: FakeOpenAI) -> dict[str, Any]:
+    return {"model": "m", "base_url": server.base_url, "api_key": "sk-test", "max_retries": 0}
+
+
+def _written(report: Any, footnotes: dict[str, str], extra: str = "") -> str:
+    lines = ["# Research report", "", "## Summary", "",
+             f"Battery packs reached $139 per kWh in 2023[^{_number(footnotes, 'bnef')}].{extra}", "",
+             "## Key findings", ""]
+    for topic, section in zip(report.topics, report.sections, strict=True):
+        lines += [f"### {topic}", "", section, ""]
+    lines += ["## Conclusions", "", "Prices fell while charging points grew to 630,000"
+              f"[^{_number(footnotes, 'charging')}].", "", "## References", ""]
+    lines += [f"[^{n}]: {url}" for n, url in footnotes.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _number(footnotes: dict[str, str], name: str) -> str:
+    return next(n for n, url in footnotes.items() if url.endswith(name))
+
+
+def test_an_llm_report_is_used_when_every_footnote_resolves(openai_server: FakeOpenAI) -> None:
+    session = research()
+    rules = session.report(budget=1200)
+    openai_server.queue(Reply(content=_written(rules, dict(rules.footnotes))))
+    written = session.report(budget=1200, llm=_llm(openai_server))
+    assert written.method == "llm" and written.notes == [] and unresolved_footnotes(written) == []
+    prompt = openai_server.requests[-1].prompt
+    assert "EV battery prices; charging networks in Europe; grid impact of electric vehicles" in prompt
+    assert "[^1]: " in prompt and openai_server.requests[-1].json["max_tokens"] == 1200
+    assert session.last_report is written
+
+
+@pytest.mark.parametrize("spoil, why", [
+    (lambda text, notes: text.replace(f"[^{_number(notes, 'grid')}]: https://ex.com/grid\n", ""),
+     "footnote(s) without a definition"),
+    (lambda text, notes: text.replace("https://ex.com/grid", "https://ex.com/tmp").replace(
+        "https://ex.com/bnef", "https://ex.com/grid").replace("https://ex.com/tmp", "https://ex.com/bnef"),
+     "points to 'https://ex.com/grid', not 'https://ex.com/bnef'"),
+    (lambda text, notes: text.replace("## Conclusions", "A claim.[^99]\n\n## Conclusions"),
+     "invented facts not in the input: 99"),
+    (lambda text, notes: text.replace("## Conclusions", "Prices will fall 37% by 2031.\n\n## Conclusions"),
+     "37"),
+    (lambda text, notes: text.replace("### grid impact of electric vehicles", "### Other"),
+     "topic(s) left out: grid impact of electric vehicles"),
+])
+def test_an_llm_report_with_unresolved_footnotes_or_invented_numbers_is_refused(
+        openai_server: FakeOpenAI, spoil: Any, why: str) -> None:
+    session = research()
+    rules = session.report(budget=1200)
+    openai_server.queue(Reply(content=spoil(_written(rules, dict(rules.footnotes)), dict(rules.footnotes))))
+    kept = session.report(budget=1200, llm=_llm(openai_server))
+    assert kept.method == "rules" and kept == rules and why in " ".join(kept.notes)
+    assert unresolved_footnotes(kept) == []
+
+
+def test_an_unreachable_llm_keeps_the_rule_report(openai_server: FakeOpenAI) -> None:
+    session = research()
+    openai_server.queue(Reply(status=500))
+    kept = session.report(llm=_llm(openai_server))
+    assert kept.method == "rules" and kept.notes and "[^1]" in kept
+    with pytest.raises(InputError, match="llm must be"):
+        session.report(llm="gpt")

@@ -23,8 +23,11 @@ import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from compactor.apps.common import llm_mapping
 from compactor.apps.compacter import ContextCompacter, fact_from_dict, fact_to_dict
+from compactor.apps.research_fetch import Fetcher, fetch_pages
 from compactor.apps.research_report import ResearchReport, TopicFindings, build_report
+from compactor.apps.research_writer import write_report
 from compactor.apps.search_providers import SearchError, SearchProvider
 from compactor.apps.tools import (
     EXPAND_TOOL,
@@ -33,6 +36,7 @@ from compactor.apps.tools import (
     handle_expand_call,
     tool_call_parts,
 )
+from compactor.document import Fact
 from compactor.errors import CompactorWarning, InputError
 from compactor.formats.messages import as_mapping, conversation_source, message_chunks, parse_message, units
 from compactor.pipeline import Pipeline
@@ -101,8 +105,12 @@ class ResearchSession:
                  query: str | None = None, strategy: str = "fact_centric",
                  pipeline: str | Pipeline = "deep-search", plugins: Iterable[Any] = (),
                  keep_user_messages: bool = True, search: SearchProvider | None = None,
-                 max_results: int = 5) -> None:
+                 max_results: int = 5, fetch: Fetcher | None = None, fetch_workers: int = 8,
+                 fetch_timeout: float | None = 30.0) -> None:
         self.store = open_store(store)
+        self.fetch = fetch
+        self.fetch_workers = fetch_workers
+        self.fetch_timeout = fetch_timeout
         self.provider = search
         self.max_results = max_results
         #: The agent's reflections (`think_tool`), in order.
@@ -225,6 +233,8 @@ class ResearchSession:
         whole research and defined in each topic's text)."""
         if self._pending or search_result_of_current_topic:
             self._archive("end of research", search_result_of_current_topic, prune=False)
+        if self.fetch is not None:
+            self._fetch_useful_pages()
         full = self.report()
         for entry, section in zip(self.search_results, full.sections, strict=True):
             cited = [n for n, url in full.footnotes.items() if f"[^{n}]" in section]
@@ -233,18 +243,28 @@ class ResearchSession:
                 entry["compressed_content"] = section + ("\n\n" + definitions if definitions else "")
         return list(self.search_results)
 
-    def report(self, budget: int | None = None, llm: Any = None, *,
-               title: str | None = None) -> ResearchReport:
+    def report(self, budget: int | None = None, llm: Any = None, *, title: str | None = None,
+               context_budget: int = 6000) -> ResearchReport:
         """The Markdown report of every archived topic: summary, key findings per topic with `[^n]`
         footnotes to their pages, conclusions and references, within `budget` tokens. Every topic
         keeps its section: each gets its best finding before any gets a second.
 
+        With `llm` (True, a settings mapping or LLMSettings) the model writes the report from the
+        footnoted findings (at most `context_budget` tokens of them); the reply is used only when
+        the guard accepts it (no invented number, name or URL), every footnote it cites resolves
+        to the same page and every topic is there. Otherwise the rule report is returned and
+        `report.notes` says why (`report.method` tells which).
+
         Raises InputError when `budget` cannot hold the headings."""
-        if llm is not None:
-            raise InputError("an LLM-written report is not available yet; pass llm=None")
         topics = [self._findings(entry) for entry in self.search_results]
-        self.last_report = build_report(topics, budget, query=self.query, title=title)
-        return self.last_report
+        report = build_report(topics, budget, query=self.query, title=title)
+        settings = llm_mapping(llm)
+        if settings is not None:
+            context = build_report(topics, max(context_budget, budget or 0), query=self.query, title=title)
+            report, refused = write_report(report, context, budget=budget, query=self.query, llm=settings)
+            report.notes.extend(refused)
+        self.last_report = report
+        return report
 
     def _findings(self, entry: Mapping[str, Any]) -> TopicFindings:
         facts = tuple(fact_from_dict(f) for f in entry.get("facts", ()))
@@ -301,22 +321,54 @@ class ResearchSession:
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _archive(self, reason: str, agent_summary: str | None, prune: bool = True) -> dict[str, Any]:
-        pages = list({r["url"] or f"result {i}": r for i, r in enumerate(self._pending)}.values())
+    def _compress(self, pages: list[dict[str, Any]], topic: str | None,
+                  session: str) -> tuple[str, list[Fact], list[str]]:
+        """A topic's pages compressed by the session's strategy: the checklist text, the facts best
+        first, and the URLs of the pages that gave a fact in the order given (all of them when the
+        strategy keeps no facts)."""
         compressed, facts = "", []
-        if self._pending:
+        if pages:
             compacter = ContextCompacter(self.strategy, store=self.store, pipeline=self.pipeline,
-                                         plugins=self.plugins, query=self.topic or self.query,
-                                         session=f"{self.session}:{len(self.search_results)}")
-            compacter.process_search_results(self._pending)
+                                         plugins=self.plugins, query=topic or self.query, session=session)
+            compacter.process_search_results(pages)
             compressed = compacter.checklist_text()
             if compacter.strategy == "fact_centric":
                 facts = sorted(compacter.facts, key=lambda f: -f.score)
-        dropped_ids = self._prune() if prune else []
-        # the pages that gave the topic a fact, in the order they were found (all of them when the
-        # strategy keeps no facts)
         contributing = {f.source_url for f in facts}
         urls = [p["url"] for p in pages if p.get("url") and (not facts or p["url"] in contributing)]
+        return compressed, facts, urls
+
+    def _fetch_useful_pages(self) -> None:
+        """Fetch every topic's useful pages in parallel; a topic whose pages came back with other
+        text than its search results is compressed again from the fetched text. A page that fails
+        keeps its search result (one warning names it)."""
+        todo = [(k, e) for k, e in enumerate(self.search_results) if not e.get("fetched")]
+        urls = [u for _, e in todo for u in e["useful_webpages"]]
+        got = fetch_pages(urls, self.fetch, workers=self.fetch_workers,
+                          timeout=self.fetch_timeout) if self.fetch is not None else {}
+        for k, entry in todo:
+            entry["fetched"] = [u for u in entry["useful_webpages"] if u in got]
+            useful = set(entry["useful_webpages"])
+            pages = [{**p, "content": got.get(p["url"], p["content"])} for p in entry["pages"]
+                     if p.get("url") in useful]
+            if not any(got.get(p["url"], p["content"]) != old["content"]
+                       for p, old in zip(pages, (q for q in entry["pages"] if q.get("url") in useful),
+                                         strict=True)):
+                continue
+            _, facts, urls = self._compress(pages, entry["topic"], f"{self.session}:{k}:fetched")
+            if not facts:  # the fetched text gave nothing: the search results' facts stand
+                continue
+            entry.update(facts=[fact_to_dict(f) for f in facts], fact_ids=[f.id for f in facts],
+                         useful_webpages=urls)
+            fetched = {p["url"]: p["content"] for p in pages}
+            entry["pages"] = [{**p, "content": fetched.get(p.get("url"), p["content"])}
+                              for p in entry["pages"]]
+
+    def _archive(self, reason: str, agent_summary: str | None, prune: bool = True) -> dict[str, Any]:
+        pages = list({r["url"] or f"result {i}": r for i, r in enumerate(self._pending)}.values())
+        compressed, facts, urls = self._compress(pages, self.topic,
+                                                 f"{self.session}:{len(self.search_results)}")
+        dropped_ids = self._prune() if prune else []
         entry = {"topic": self.topic or "(no topic)", "reason": reason, "useful_webpages": urls,
                  "compressed_content": compressed, "agent_summary": agent_summary,
                  "fact_ids": [f.id for f in facts], "dropped_ids": dropped_ids,
