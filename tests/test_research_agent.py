@@ -4,7 +4,9 @@ search tools and providers, fetching, the LLM-written report and the LangChain a
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,8 @@ from .openai_server import FakeOpenAI, Reply
 from .openai_server import openai_server as openai_server
 from .web_server import LocalWeb, Page
 from .web_server import local_web as local_web
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "research_agent.py"
 
 TOPICS: dict[str, list[tuple[str, str, str]]] = {
     "EV battery prices": [
@@ -492,3 +496,74 @@ def test_an_unreachable_llm_keeps_the_rule_report(openai_server: FakeOpenAI) -> 
     assert kept.method == "rules" and kept.notes and "[^1]" in kept
     with pytest.raises(InputError, match="llm must be"):
         session.report(llm="gpt")
+
+
+# -- the LangChain agent example ---------------------------------------------------------------------
+
+
+def _example() -> Any:
+    pytest.importorskip("langchain.agents")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("research_agent_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # pydantic resolves the model's annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_langchain_research_agent_prunes_each_finished_topic_and_reports() -> None:
+    from langchain_core.messages import ToolMessage
+
+    import compactor
+
+    example = _example()
+    report, session, result = example.run(budget=1200)
+    scripted = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+    assert [m.name for m in scripted][-2:] == ["think_tool", "end_of_research"]
+    assert [e["topic"] for e in session.search_results] == [t for t, _ in example.PLAN]
+    assert all("bakery" not in u for e in session.search_results for u in e["useful_webpages"])
+    assert len(session.reflections) == 7
+    assert "630,000" in report and "$139 per kWh" in report and "60%" in report
+    assert unresolved_footnotes(report) == [] and get_counter().count(report) <= 1200
+    assert list(sections_of(report)) == [t for t, _ in example.PLAN]
+    first = session.search_results[0]
+    assert first["dropped_ids"]
+    originals = compactor.expand(first["dropped_ids"], session=session)
+    assert any("lithium-ion battery pack price" in text for text in originals.values())
+
+
+def test_the_agent_history_after_a_switch_holds_only_the_request_and_the_switch() -> None:
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+
+    example = _example()
+    model = example.ScriptedResearcher(plan=example.PLAN)
+    report, _, result = example.run(model=model, budget=None)
+    switches = [i for i, r in enumerate(model.requests)
+                if isinstance(r[-1], ToolMessage) and r[-1].name == "change_research_topic"]
+    assert len(switches) == 2
+    for i in switches:
+        after = model.requests[i]
+        assert isinstance(after[0], SystemMessage) and isinstance(after[1], HumanMessage)
+        assert isinstance(after[2], AIMessage) and after[2].tool_calls[0]["name"] == "change_research_topic"
+        assert len(after) == 4 and "Current research topic:" in str(after[3].content)
+    searches_seen = [sum(isinstance(m, ToolMessage) and m.name == "tavily_search" for m in r)
+                     for r in model.requests]
+    assert max(searches_seen) == 2  # never more than one topic's searches at once
+    assert "Research finished" in str(result["messages"][-1].content) and report.method == "rules"
+
+
+def test_the_example_runs_from_the_command_line(tmp_path: Path) -> None:
+    pytest.importorskip("langchain.agents")
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "TAVILY_API_KEY"}
+    done = subprocess.run([sys.executable, str(EXAMPLE), "--budget", "700"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "## Key findings" in done.stdout and unresolved_footnotes(done.stdout) == []
+    assert get_counter().count(done.stdout) <= 700
+    bad = subprocess.run([sys.executable, str(EXAMPLE), "--corpus", str(tmp_path / "none.jsonl")],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and "corpus: no such file or folder" in bad.stderr

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import uuid
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from compactor.apps.common import llm_mapping
@@ -127,6 +127,7 @@ class ResearchSession:
         #: reason, fact ids, dropped message ids (the seed's `state.search_results`).
         self.search_results: list[dict[str, Any]] = []
         self._pending: list[dict[str, Any]] = []
+        self._kept: list[int] = []
         #: The latest report (`report()`), the seed's `state.report`.
         self.last_report: ResearchReport | None = None
         self._topic_start = 0
@@ -215,15 +216,18 @@ class ResearchSession:
     # -- the seed's tools --------------------------------------------------------------------------
 
     def change_topic(self, new_topic: str, reason: str = "",
-                     search_result_of_current_topic: str | None = None) -> dict[str, Any]:
+                     search_result_of_current_topic: str | None = None, *,
+                     prune: bool = True) -> dict[str, Any]:
         """Archive the current topic, drop its intermediate messages, start `new_topic`.
 
         Returns the archive entry of the topic that ended. When the last assistant message is the
         call that asked for the switch, it stays and `handle_tool_call` answers it with the state.
+        `prune=False` leaves the history alone, for an agent framework that keeps it and calls
+        `prune_history` with it afterwards.
         """
         if not isinstance(new_topic, str) or not new_topic.strip():
             raise InputError("change_research_topic needs a non-empty `new_topic`")
-        entry = self._archive(reason, search_result_of_current_topic)
+        entry = self._archive(reason, search_result_of_current_topic, prune=prune)
         self.topic = new_topic.strip()
         return entry
 
@@ -379,6 +383,17 @@ class ResearchSession:
         self._pending = []
         return entry
 
+    def prune_history(self, messages: Sequence[Any]) -> list[int]:
+        """For a history an agent framework keeps: take `messages` (OpenAI-format, ending with the
+        switch call and its result) as the history, drop the finished topic's intermediate
+        messages as a switch does (into the store, cited by the latest archive entry's
+        `dropped_ids`) and return the indices of `messages` that stay."""
+        self.messages = [dict(as_mapping(m, f"message {i}")) for i, m in enumerate(messages)]
+        ids = self._prune()
+        if self.search_results and ids:
+            self.search_results[-1]["dropped_ids"] = ids
+        return list(self._kept)
+
     def _prune(self) -> list[str]:
         """Drop the current topic's intermediate messages (and earlier state messages); keep system
         messages, the original instruction, people's messages and the unit that asks for the switch."""
@@ -405,7 +420,8 @@ class ResearchSession:
             self.store.commit_batch(self.session, Batch(sources=(source,), chunks=chunks,
                                                         report={"kind": "topic switch"}))
             ids = [c.id for c in chunks]
-        self.messages = [self.messages[i] for i in sorted(keep)]
+        self._kept = sorted(keep)
+        self.messages = [self.messages[i] for i in self._kept]
         self._topic_start = len(self.messages)
         return ids
 
