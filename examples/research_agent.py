@@ -40,7 +40,7 @@ from langgraph.runtime import Runtime
 from pydantic import Field, PrivateAttr
 
 from compactor.apps.research import CHANGE_TOPIC, ResearchSession
-from compactor.apps.search_providers import OfflineSearch, SearchError, SearchProvider, search_provider
+from compactor.apps.search_providers import OfflineSearch, SearchProvider, search_provider
 from compactor.errors import InputError
 
 SYSTEM = """You are a research agent. Work topic by topic:
@@ -87,7 +87,7 @@ def research_tools(session: ResearchSession) -> list[BaseTool]:
         """Search the web for the current research topic; returns result snippets."""
         try:
             hits = session.search(query, max_results)
-        except (InputError, SearchError) as exc:
+        except InputError as exc:
             return f"error: {exc}"
         return json.dumps({"query": query, "results": hits}, ensure_ascii=False)
 

@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 
 from compactor.apps.research import ResearchSession
-from compactor.apps.research_fetch import FetchError, HttpFetcher, error_page_reason, fetch_pages
+from compactor.apps.research_fetch import HttpFetcher, error_page_reason, fetch_pages
 from compactor.apps.research_report import footnote_refs, unresolved_footnotes
 from compactor.apps.search_providers import (
     OfflineSearch,
-    SearchError,
     SearchProvider,
     TavilySearch,
     search_provider,
@@ -256,7 +255,7 @@ def test_tavily_failures_are_search_errors_without_the_key(local_web: LocalWeb, 
                                                            message: str) -> None:
     local_web.pages["/search"] = page
     provider = TavilySearch("tvly-SECRET-123", base_url=local_web.url, timeout=0.5)
-    with pytest.raises(SearchError, match=message) as caught:
+    with pytest.raises(InputError, match=message) as caught:
         provider.search("q")
     assert "SECRET" not in str(caught.value)
 
@@ -406,10 +405,10 @@ def test_the_http_fetcher_keeps_to_its_limits(local_web: LocalWeb) -> None:
     for path, why in [("/missing", "HTTP 404"), ("/hop1", "more than 2 redirects"),
                       ("/big", "larger than 4000 bytes"), ("/image", "not text (image/png)"),
                       ("/blocked", "error page"), ("/slow", "timed out after 0.5 s")]:
-        with pytest.raises(FetchError, match=re.escape(why)):
+        with pytest.raises(InputError, match=re.escape(why)):
             fetch(f"{local_web.url}{path}")
     assert "Solid-state" in HttpFetcher(max_redirects=3)(f"{local_web.url}/hop1")
-    with pytest.raises(FetchError, match="only http"):
+    with pytest.raises(InputError, match="only http"):
         fetch("file:///etc/passwd")
 
 

@@ -28,7 +28,7 @@ from compactor.apps.compacter import ContextCompacter, fact_from_dict, fact_to_d
 from compactor.apps.research_fetch import Fetcher, fetch_pages
 from compactor.apps.research_report import ResearchReport, TopicFindings, build_report
 from compactor.apps.research_writer import write_report
-from compactor.apps.search_providers import SearchError, SearchProvider
+from compactor.apps.search_providers import SearchProvider
 from compactor.apps.tools import (
     EXPAND_TOOL,
     EXPAND_TOOL_NAME,
@@ -172,24 +172,24 @@ class ResearchSession:
     def search(self, query: str, max_results: int | None = None) -> list[dict[str, Any]]:
         """Ask the provider, record its usable results for the current topic and return them
         (`url`, `title`, `content`: the snippet the agent reads; the whole page is recorded). A
-        result without a URL or text is left out with one warning; a provider error is a
-        SearchError."""
+        result without a URL or text is left out with one warning; a provider that fails (raises,
+        times out, returns something else than a list) gives one warning and an InputError."""
         if self.provider is None:
             raise InputError("this ResearchSession has no search provider (pass search=...)")
         if not isinstance(query, str) or not query.strip():
             raise InputError("tavily_search needs a non-empty `query`")
         count = max_results if isinstance(max_results, int) and not isinstance(max_results, bool) else None
         count = max(1, min(count or self.max_results, 20))
+        name = getattr(self.provider, "name", type(self.provider).__name__)
         try:
             found = self.provider.search(query.strip(), count)
-        except SearchError:
-            raise
-        except Exception as exc:  # a third-party provider's failure costs this search, not the run
-            raise SearchError(f"search provider {getattr(self.provider, 'name', '?')!r} failed: "
-                              f"{type(exc).__name__}: {str(exc)[:200]}") from None
-        if not isinstance(found, list):
-            raise SearchError(f"search provider {getattr(self.provider, 'name', '?')!r} returned "
-                              f"{type(found).__name__}, not a list of results")
+            if not isinstance(found, list):
+                raise InputError(f"returned {type(found).__name__}, not a list of results")
+        except Exception as exc:  # a provider's failure costs this search, not the run
+            detail = str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {str(exc)[:200]}"
+            message = f"search provider {name!r} failed: {detail}"
+            warnings.warn(message, CompactorWarning, stacklevel=2)
+            raise InputError(message) from None
         usable: list[dict[str, Any]] = []
         for item in found:
             url = item.get("url") if isinstance(item, Mapping) else None
@@ -298,9 +298,6 @@ class ResearchSession:
             else:
                 content = f"error: unknown tool {name!r}"
         except InputError as exc:
-            content = f"error: {exc}"
-        except SearchError as exc:
-            warnings.warn(str(exc), CompactorWarning, stacklevel=2)
             content = f"error: {exc}"
         message = {"role": "tool", "tool_call_id": call_id, "content": content}
         self.messages.append(message)

@@ -3,7 +3,7 @@
 A fetcher is any callable `url -> text`. `HttpFetcher` is the one for real URLs: httpx with a
 timeout, a size cap and a redirect limit, http(s) only, text types only; error statuses and pages
 that are an error message rather than content ("404 Not Found", "Access denied", a JavaScript or
-captcha wall) raise `FetchError`. `fetch_pages` runs any fetcher over many URLs with bounded
+captcha wall) raise InputError. `fetch_pages` runs any fetcher over many URLs with bounded
 threads and an overall wait per page, and turns every failure into one warning naming the URL.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import regex
 
-from compactor.errors import CompactorError, CompactorWarning
+from compactor.errors import CompactorWarning, InputError
 
 Fetcher = Callable[[str], str]
 
@@ -27,10 +27,6 @@ _ERROR_PAGE = regex.compile(
     r"|页面不存在|找不到页面|访问被拒绝|请开启JavaScript|验证码")
 # a page this short (in words, markup removed) that says one of the above is an error message
 _ERROR_WORDS = 80
-
-
-class FetchError(CompactorError):
-    """A page could not be fetched or is not content (error status, error page, too big, binary)."""
 
 
 def error_page_reason(text: str) -> str | None:
@@ -63,32 +59,32 @@ class HttpFetcher:
         import httpx
 
         if not url.startswith(("http://", "https://")):
-            raise FetchError(f"{url}: only http(s) URLs are fetched")
+            raise InputError(f"{url}: only http(s) URLs are fetched")
         try:
             with httpx.Client(timeout=self.timeout, follow_redirects=True, max_redirects=self.max_redirects,
                               headers={"User-Agent": self.user_agent}) as client, \
                     client.stream("GET", url) as response:
                 if response.status_code >= 400:
-                    raise FetchError(f"{url}: HTTP {response.status_code}")
+                    raise InputError(f"{url}: HTTP {response.status_code}")
                 kind = response.headers.get("content-type", "text/html").split(";")[0].strip().lower()
                 if not (kind.startswith("text/") or kind in ("application/xhtml+xml", "application/json",
                                                              "application/xml")):
-                    raise FetchError(f"{url}: not text ({kind})")
+                    raise InputError(f"{url}: not text ({kind})")
                 data = bytearray()
                 for block in response.iter_bytes():
                     data += block
                     if len(data) > self.max_bytes:
-                        raise FetchError(f"{url}: larger than {self.max_bytes} bytes")
+                        raise InputError(f"{url}: larger than {self.max_bytes} bytes")
                 text = bytes(data).decode(response.encoding or "utf-8", errors="replace")
         except httpx.TooManyRedirects:
-            raise FetchError(f"{url}: more than {self.max_redirects} redirects") from None
+            raise InputError(f"{url}: more than {self.max_redirects} redirects") from None
         except httpx.TimeoutException:
-            raise FetchError(f"{url}: timed out after {self.timeout:g} s") from None
+            raise InputError(f"{url}: timed out after {self.timeout:g} s") from None
         except httpx.HTTPError as exc:
-            raise FetchError(f"{url}: {type(exc).__name__}") from None
+            raise InputError(f"{url}: {type(exc).__name__}") from None
         reason = error_page_reason(text)
         if reason:
-            raise FetchError(f"{url}: {reason}")
+            raise InputError(f"{url}: {reason}")
         return text
 
 
@@ -111,7 +107,7 @@ def fetch_pages(urls: Sequence[str], fetch: Fetcher, *, workers: int = 8,
                 _warn(url, f"no answer within {timeout:g} s")
                 continue
             except Exception as exc:
-                detail = (str(exc) if isinstance(exc, FetchError)
+                detail = (str(exc) if isinstance(exc, InputError)
                           else f"{type(exc).__name__}: {str(exc)[:200]}")
                 _warn(url, detail.removeprefix(f"{url}: "))
                 continue

@@ -7,7 +7,8 @@
 `OfflineSearch` ranks a local corpus (a JSONL file of `{url, title, content}` records, a folder of
 `.txt`/`.md`/`.jsonl` files, or records in memory) with BM25 over the relevance engine's terms, so
 examples and tests run without a network. `TavilySearch` posts to Tavily's search API over httpx;
-its key goes only into the request's Authorization header and never into a message or an error.
+its key goes only into the request's Authorization header and never into a message or an error; a
+failed search (timeout, HTTP error, a reply that is not search results) is an InputError.
 """
 
 from __future__ import annotations
@@ -20,17 +21,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import regex
 
-from compactor.errors import CompactorError, InputError
+from compactor.errors import InputError
 from compactor.llm.client import redact
 from compactor.text.relevance import Bm25, index_terms, query_weights
 
 TAVILY_URL = "https://api.tavily.com"
 _PARAGRAPH = regex.compile(r"\n[ \t]*\n\s*")
 _TEXT_FILES = (".txt", ".md", ".markdown")
-
-
-class SearchError(CompactorError):
-    """A search provider failed (timeout, HTTP error, a reply that is not search results)."""
 
 
 @runtime_checkable
@@ -152,19 +149,19 @@ class TavilySearch:
                 with httpx.Client(timeout=self.timeout) as client:
                     response = client.post(f"{self.base_url}/search", json=body, headers=headers)
         except httpx.TimeoutException:
-            raise SearchError(f"tavily search timed out after {self.timeout:g} s") from None
+            raise InputError(f"tavily search timed out after {self.timeout:g} s") from None
         except httpx.HTTPError as exc:
             detail = redact(f"{type(exc).__name__}: {exc}", self._key)
-            raise SearchError(f"tavily search failed: {detail}") from None
+            raise InputError(f"tavily search failed: {detail}") from None
         if response.status_code >= 400:
-            raise SearchError(f"tavily search failed: HTTP {response.status_code}")
+            raise InputError(f"tavily search failed: HTTP {response.status_code}")
         try:
             data = response.json()
         except ValueError:
-            raise SearchError("tavily search returned a reply that is not JSON") from None
+            raise InputError("tavily search returned a reply that is not JSON") from None
         items = data.get("results") if isinstance(data, Mapping) else None
         if not isinstance(items, list):
-            raise SearchError("tavily search returned no `results` list")
+            raise InputError("tavily search returned no `results` list")
         results = []
         for item in items:
             if not isinstance(item, Mapping) or not isinstance(item.get("url"), str):
