@@ -13,6 +13,12 @@ original user instruction and the latest state: the call itself and one state me
 the archived topics. Nothing is lost: the dropped messages are written to the chunk store and the
 state message cites their ids for `expand_context`. Messages people wrote after the instruction are
 kept unless `keep_user_messages=False`.
+
+With a search provider (`search=OfflineSearch(corpus)` or `TavilySearch()`) the session also answers
+`tavily_search` and `think_tool` (`research_tools()` lists all five). `end_of_research` fetches each
+topic's useful pages (through `fetch=`, e.g. `HttpFetcher()`; by default the search results' text
+stands), and `report(budget=...)` writes the Markdown report: summary, key findings per topic with
+`[^n]` footnotes to their pages, conclusions and references, by rules or (`llm=`) by a guarded model.
 """
 
 from __future__ import annotations
@@ -276,7 +282,7 @@ class ResearchSession:
         return TopicFindings(entry["topic"], facts, titles, entry.get("agent_summary"))
 
     def handle_tool_call(self, call: Any) -> dict[str, Any]:
-        """Answer a call to one of `tools()` and append the tool message to the history."""
+        """Answer a call to one of `research_tools()` and append the tool message to the history."""
         call_id = call_id_of(call)
         try:
             _, name, args = tool_call_parts(call)
