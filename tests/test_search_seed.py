@@ -269,3 +269,23 @@ def test_tracing_picks_the_chunks_sharing_most_terms() -> None:
     assert traced["The tower in Paris was finished in 1889."][0] == "a-0000"
     assert traced["铁塔于1889年建成。"][0] == "c-0000"
     assert traced["Nothing shared here at all."] == []
+
+
+def test_a_fact_leaves_its_pages_heading_line_out_and_still_points_into_the_input(
+        mixed: list[dict[str, Any]]) -> None:
+    compacter = ContextCompacter("fact_centric", budget=1000)
+    two_batches(compacter, mixed[5])
+    given = dict(pages(mixed[5]))
+    assert len(given) == len(pages(mixed[5]))  # one page per URL
+    url_of = {s.id: s.url for s in compacter.store.sources(compacter.session)}
+    titles = {url.rsplit("/", 1)[1].replace("_", " ") for url in given}
+    facts = compacter.facts
+    assert facts and not any("\n" in f.text and f.text.split("\n")[0] in titles for f in facts)
+    spans = [f for f in facts if f.span is not None]
+    assert spans
+    for fact in spans:
+        source, start, end = fact.span  # type: ignore[misc]
+        assert given[str(url_of[source])][start:end] == fact.text
+    # the first sentence of a page, without its heading line, is a fact of its own
+    first = [f for f in facts if any(given[u].split("\n", 1)[1].startswith(f.text[:30]) for u in given)]
+    assert first and all(not f.text.startswith(t + "\n") for f in first for t in titles)

@@ -112,15 +112,21 @@ def candidates(chunks: Sequence[Chunk], query: str | None, counter: TokenCounter
 
 
 def _sentence_rows(chunks: Sequence[Chunk]) -> list[tuple[Chunk, str, frozenset[str], int]]:
-    """Every usable sentence of the chunks: its chunk, text, terms and working-text offset."""
+    """Every usable sentence of the chunks: its chunk, text, terms and working-text offset. A page's
+    heading line glued to its first sentence is left out of its text (the page's title is known apart,
+    as the fact's source, and in a fact it only costs room) but not of its terms."""
     rows = []
     for chunk in chunks:
         for start, end in split_sentences(chunk.text):
             raw = chunk.text[start:end]
-            text = raw.strip()
-            if text and _long_enough(text):
-                at = chunk.start + start + len(raw) - len(raw.lstrip())
-                rows.append((chunk, text, frozenset(ts.terms(text)), at))
+            text = whole = raw.strip()
+            at = chunk.start + start + len(raw) - len(raw.lstrip())
+            head, _, rest = text.partition("\n")
+            if rest and page_title(None, text) == head.strip() and _long_enough(rest.strip()):
+                at += len(text) - len(rest.lstrip())
+                text = rest.strip()
+            if text and _long_enough(text):  # scored on its words and its heading's, as read
+                rows.append((chunk, text, frozenset(ts.terms(whole)), at))
     return rows
 
 
