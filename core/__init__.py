@@ -17,6 +17,9 @@ if TYPE_CHECKING:  # the names, for type checkers; at run time they load on firs
     from compactor.apps.conversation import TIERS, CompactedMessages, compact_messages, count_message_tokens
     from compactor.apps.overflow import is_context_overflow, with_overflow_retry
     from compactor.apps.research import ResearchSession
+    from compactor.apps.research_fetch import HttpFetcher
+    from compactor.apps.research_report import ResearchReport, unresolved_footnotes
+    from compactor.apps.search_providers import OfflineSearch, SearchProvider, TavilySearch, search_provider
     from compactor.apps.tools import EXPAND_TOOL, expand, handle_expand_call
     from compactor.apps.transcripts import (
         compress_multiple_files_results,
@@ -129,6 +132,13 @@ _LAZY: dict[str, str] = {
     "OffsetMap": "compactor.provenance",
     "kept_spans": "compactor.provenance",
     "ResearchSession": "compactor.apps.research",
+    "HttpFetcher": "compactor.apps.research_fetch",
+    "ResearchReport": "compactor.apps.research_report",
+    "unresolved_footnotes": "compactor.apps.research_report",
+    "OfflineSearch": "compactor.apps.search_providers",
+    "SearchProvider": "compactor.apps.search_providers",
+    "TavilySearch": "compactor.apps.search_providers",
+    "search_provider": "compactor.apps.search_providers",
     "Run": "compactor.run",
     "ChunkStore": "compactor.store",
     "MemoryStore": "compactor.store",
@@ -207,6 +217,7 @@ __all__ = [
     "ConversationOptions",
     "Fact",
     "FidelityError",
+    "HttpFetcher",
     "InputError",
     "KeptSpan",
     "Knowledge",
@@ -216,16 +227,19 @@ __all__ = [
     "LossReport",
     "MemoryStore",
     "Message",
+    "OfflineSearch",
     "OffsetMap",
     "Param",
     "Pipeline",
     "PluginError",
     "RenderInfo",
+    "ResearchReport",
     "ResearchSession",
     "Run",
     "RunInputs",
     "SQLiteStore",
     "ScoreSet",
+    "SearchProvider",
     "Segment",
     "Source",
     "StageError",
@@ -234,6 +248,7 @@ __all__ = [
     "StepReport",
     "StoreConflict",
     "StoreError",
+    "TavilySearch",
     "TokenCounter",
     "TranscriptOptions",
     "TranscriptSegment",
@@ -254,5 +269,7 @@ __all__ = [
     "kept_spans",
     "open_store",
     "resolved_pipeline",
+    "search_provider",
+    "unresolved_footnotes",
     "with_overflow_retry",
 ]
