@@ -289,3 +289,28 @@ def test_a_fact_leaves_its_pages_heading_line_out_and_still_points_into_the_inpu
     # the first sentence of a page, without its heading line, is a fact of its own
     first = [f for f in facts if any(given[u].split("\n", 1)[1].startswith(f.text[:30]) for u in given)]
     assert first and all(not f.text.startswith(t + "\n") for f in first for t in titles)
+
+
+CMRC = EVAL / "cmrc2018-zh-dev" / "qa.jsonl"
+
+
+@pytest.mark.skipif(not CMRC.is_file(), reason="eval data not found")
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_chinese_pages_keep_the_budget_and_trace_back(strategy: str) -> None:
+    rows = items(CMRC, 6)
+    results = [(f"https://zh.wikipedia.org/wiki/{c['title']}", f"{c['title']}\n{c['text']}")
+               for row in rows for c in row["contexts"]]
+    compacter = ContextCompacter(strategy_name=strategy, query=rows[0]["question"], budget=200)
+    compacter.process_search_results(results[:3])
+    compacter.process_search_results(results[3:])
+    text = compacter.checklist_text()
+    assert text and COUNTER.count(text) <= 200
+    if strategy == "summarization":
+        sentences = compacter.summary_sentences
+        assert sentences and all(s.text in compacter.chunk_store[s.chunk_ids[0]] for s in sentences)
+        assert compacter.chunk_store[sentences[0].chunk_ids[0]] in compacter.reconstruct_report_context(
+            [sentences[0].text])
+    elif strategy == "chunk_filtering":
+        assert all(compacter.chunk_store[i] in text for i in compacter.checklist_chunk_ids)
+    else:
+        assert all(f.summary in compacter.chunk_store[f.chunk_ids[0]] for f in compacter.knowledge_base)

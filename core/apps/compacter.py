@@ -371,8 +371,8 @@ class ContextCompacter:
             else:
                 ids.extend(found.chunk_ids)
         if missing:
-            raise InputError(Problem(f"no summary sentence of session {self.session!r} matches "
-                                     f"{', '.join(repr(m) for m in missing)}", field="relevant_items"))
+            raise InputError(f"relevant_items: no summary sentence of session {self.session!r} matches "
+                             f"{', '.join(repr(m) for m in missing)}")
         return list(dict.fromkeys(ids))
 
     def reconstruct_report_context(self, relevant_items: Sequence[str | Fact] | None = None,
