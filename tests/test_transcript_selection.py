@@ -114,3 +114,11 @@ def test_the_pipeline_file_sets_the_overview_and_the_failure_choice(tmp_path: Pa
                     encoding="utf-8")
     with pytest.raises(Exception, match="on_llm_failure"):
         Pipeline.from_yaml(path).run(sources, query="hello")
+
+
+def test_without_a_question_the_content_lines_are_kept() -> None:
+    lines = [f"The budget for item {i} is {i * 10} euros, approved by finance." if i % 3 == 0 else
+             FILLER_EN[i % len(FILLER_EN)] for i in range(60)]
+    text = compactor.compress_single_file_results("", _meeting(lines), max_length=400)
+    kept = _kept(text)
+    assert len(text) <= 400 and len(kept) >= 3 and not any(is_filler(x) for x in kept)

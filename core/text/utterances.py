@@ -71,6 +71,9 @@ def question_terms(query: str) -> Counter[str]:
     found = list(index_terms(query))
     if any(len(t) == 2 and all(is_han(ch) for ch in t) for t in found):
         found = [t for t in found if not (len(t) == 1 and is_han(t))]
+        zh_stop = stopwords("zh")  # a bigram across a function character ("的展", "于未") is no word
+        words = [t for t in found if not (is_han(t[0]) and any(ch in zh_stop for ch in t))]
+        found = words or found
     kept = [t for t in found if t not in QUESTION_FRAME and t not in QUESTION_FRAME_ZH]
     return Counter(kept or found)
 
