@@ -59,11 +59,11 @@ LABELS = {
            "block_end": "[Block end: {n}]",
            "note": "Note: the blocks above come from different parts of the same file; they are not "
                    "continuous in time.",
-           "kept": "File {f} ({k} of {n} segments kept):",
+           "kept": "File {f}:",
            "gap": "…", "left": "Left out: {files}."},
     "zh": {"start": "[文件开始: {f}]", "end": "[文件结束: {f}]", "block": "[块开始: {n} - 索引: {a}-{b}]",
            "block_end": "[块结束: {n}]", "note": "请注意：以上内容来自同一视频的不同块，不保证时间连续性。",
-           "kept": "文件 {f}（{n} 个片段中保留 {k} 个）：", "gap": "……",
+           "kept": "文件 {f}:", "gap": "……",
            "left": "未保留：{files}。"},
 }
 

@@ -87,7 +87,7 @@ def test_on_llm_failure_chooses_the_overview_or_the_rule_output(openai_server: F
     settings = {"model": "m", "base_url": openai_server.base_url, "api_key": "sk-test", "max_retries": 0}
     openai_server.respond = lambda request: Reply(status=500, content=None)
     rules = compactor.compress_single_file_results("GPU prices?", results, max_length=700, llm=settings)
-    assert rules.startswith("File talk.mp4 (") and "GPU rental prices" in rules
+    assert rules.startswith("File talk.mp4:\n") and "GPU rental prices" in rules
     assert compactor.compress_single_file_results("GPU prices?", results, max_length=700, llm=settings,
                                                   on_llm_failure="overview") == (
         "Retrieved segments per file: talk.mp4: 60 segments.")
