@@ -17,7 +17,9 @@ NEEDS = {"auto": (None, ["compactions,", "tokens saved", '"order_id"']),
          "structured": (None, ["200 rows; fields order_id:str", "#W1042", "more rows: expand orders-0003"]),
          "mcp": ("mcp", ["'compress'", "valve V-12", "Step "]),
          "langchain": ("langchain_classic", ["refunds.md", "compactions,", "['clear'", "[compactor"]),
-         "agents": ("agents", ["items stored,", "compaction,"])}
+         "agents": ("agents", ["items stored,", "compaction,"]),
+         "deepsearch": (None, ["finished in 1889", "## https://example.org/eiffel",
+                               "-0000': \"Eiffel Tower"])}
 
 
 def _examples() -> dict[str, str]:
