@@ -15,7 +15,7 @@ from pathlib import PurePath
 from typing import Any
 
 from compactor.document import Message
-from compactor.errors import InputError
+from compactor.errors import CompactorError, InputError
 from compactor.formats.messages import message_tokens, read_messages, to_dict
 from compactor.text.tokens import TokenCounter
 
@@ -68,3 +68,28 @@ def with_pins(messages: list[dict[str, Any]], pins: Sequence[Pin]) -> list[dict[
         at += 1
     extra = [pin for pin, _, _ in pins if pin not in messages]
     return [*messages[:at], *extra, *messages[at:]]
+
+
+def pin_slots(slots: Sequence[int | str], compacted: Sequence[Mapping[str, Any]], texts: Sequence[Any],
+              pin: str = "pin") -> list[int | str]:
+    """`slots` (what each message of `compacted` stands for, pins left out) with `pin` where the
+    compaction put its pins: after the leading system message(s), each one of `texts` (the report's
+    `pin_texts`), as `with_pins` places them. An adapter maps a compaction back to its own objects
+    with it. Raises `CompactorError` when the extra messages are not those pins."""
+    extra = len(compacted) - len(slots)
+    if extra == 0:
+        return list(slots)
+    leading = 0
+    while leading < len(compacted) and _is_system(compacted[leading]):
+        leading += 1
+    for at in range(min(leading, len(slots)) + 1) if extra > 0 else ():
+        found = compacted[at:at + extra]
+        if all(m.get("content") in texts for m in found) and (
+                at + extra == len(compacted) or not _is_system(compacted[at + extra])):
+            return [*slots[:at], *[pin] * extra, *slots[at:]]
+    raise CompactorError(f"the compaction has {len(compacted)} messages for {len(slots)} kept ones "
+                         f"and {len(texts)} pin(s): it does not line up with the messages it was given")
+
+
+def _is_system(message: Mapping[str, Any]) -> bool:
+    return message.get("role") in ("system", "developer")

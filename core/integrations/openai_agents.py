@@ -49,6 +49,7 @@ except ImportError as exc:  # the extra is optional
 
 from compactor.apps.auto import AutoCompactor, AutoCounters
 from compactor.apps.conversation import CompactedMessages
+from compactor.apps.pins import pin_slots
 from compactor.apps.tools import EXPAND_TOOL, EXPAND_TOOL_NAME, handle_expand_call
 from compactor.errors import CompactorError
 from compactor.formats.clearing import REDUCED_MARK, STUB_MARK
@@ -313,7 +314,7 @@ def _from_compaction(items: Sequence[dict[str, Any]], owners: Sequence[Sequence[
         slots = list(range(len(messages)))
     else:
         slots = [*(int(i) for i in report["head"]), _SUMMARY, *(int(i) for i in report["tail"])]
-    slots = _pin_slots(slots, compacted)
+    slots = pin_slots(slots, compacted, list(report.get("pin_texts") or ()), _PIN)
     replaced = {int(i) for i in (report.get("system") or {})}
     out: list[dict[str, Any]] = []
     pins: list[dict[str, Any]] = []
@@ -330,25 +331,6 @@ def _from_compaction(items: Sequence[dict[str, Any]], owners: Sequence[Sequence[
                                  f"{messages[slot].get('role')!r} one (was it given another list?)")
         out.extend(_kept_items(items, owners[slot], messages[slot], message))
     return drop_orphan_outputs(out), pins
-
-
-def _pin_slots(slots: list[int | str], compacted: CompactedMessages) -> list[int | str]:
-    """`slots` with the pins the compaction put in: after the leading system message(s), each one
-    whose text the report names (`with_pins`' placement). Raises when they cannot be found."""
-    extra = len(compacted) - len(slots)
-    if extra == 0:
-        return slots
-    texts = list(compacted.report.get("pin_texts") or ())
-    leading = 0
-    while leading < len(compacted) and _is_system(compacted[leading]):
-        leading += 1
-    for at in range(min(leading, len(slots)) + 1) if extra > 0 else ():
-        found = compacted[at:at + extra]
-        if all(m.get("content") in texts for m in found) and (
-                at + extra == len(compacted) or not _is_system(compacted[at + extra])):
-            return [*slots[:at], *[_PIN] * extra, *slots[at:]]
-    raise CompactorError(f"the compaction has {len(compacted)} messages for {len(slots)} kept ones "
-                         f"and {len(texts)} pin(s): it does not line up with the session's items")
 
 
 def _same_message(original: dict[str, Any], kept: dict[str, Any]) -> bool:
@@ -403,10 +385,6 @@ def _without_pins(items: Sequence[dict[str, Any]], pins: Sequence[dict[str, Any]
 def _pins_of(view: dict[str, Any] | None) -> list[dict[str, Any]]:
     pins = view.get("pins") if view is not None else None
     return [p for p in pins if isinstance(p, dict)] if isinstance(pins, list) else []
-
-
-def _is_system(message: dict[str, Any]) -> bool:
-    return message.get("role") in ("system", "developer")
 
 
 def drop_orphan_outputs(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
