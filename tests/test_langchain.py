@@ -34,6 +34,7 @@ from pydantic import Field
 
 import compactor
 from compactor.apps.tools import expand_ids
+from compactor.formats.clearing import STUB_MARK
 from compactor.formats.messages import TOKENS_PER_REPLY
 from compactor.integrations.langchain import (
     CHUNKS_KEY,
@@ -41,8 +42,11 @@ from compactor.integrations.langchain import (
     TOKENS_KEY,
     CompactorCompressor,
     CompactorMiddleware,
+    copy_id,
     document_source,
     is_summary,
+    openai_messages,
+    rebuild,
 )
 
 RANGE = re.compile(r"\b[0-9a-f]{16}-\d{4}(?:\.\.\d{4})?\b")
@@ -376,3 +380,96 @@ def test_each_turns_request_reaches_every_model_call_of_a_thread() -> None:
         agent.invoke({"messages": [HumanMessage(request)]}, config)
     assert middleware.compactions >= 2
     assert len(seen) == 20 and all(seen), seen
+
+
+@pytest.mark.parametrize("pin", [None, "Always name the order id in a reply."])
+def test_after_clearings_a_summary_sends_what_the_compaction_counted(pin: str | None) -> None:
+    """Old tool outputs are cleared into stubs first; when that is no longer enough a summary is
+    written from their originals, and a stub kept in the tail comes back as its original. Every
+    request is what the compaction before it produced (kept tool messages and pins included), under
+    the trigger, with ids that always name the same content."""
+    system_tokens = compactor.count_message_tokens([{"role": "system", "content": SYSTEM}])
+    # every older output cleared at each compaction; a summary compacts to the trigger, so its tail
+    # has room for turns whose outputs the state holds as stubs
+    middleware = CompactorMiddleware(window=4000, trigger=2000, target=1.0, keep_last=4,
+                                     keep_tool_results=0, tools_tokens=system_tokens, pin=pin)
+    auto = middleware.auto
+    trigger = auto.trigger_tokens
+    seen_ids: dict[str, str] = {}
+    tiers: list[list[str]] = []
+    stubs: set[str] = set()  # tool call ids whose output a request carried as a stub
+    restored: list[str] = []  # ... and a later request, after a summary, as the original again
+    done = {"compactions": 0}
+
+    def check(messages: list[BaseMessage]) -> None:
+        _check_history(messages)
+        sent = convert_to_openai_messages(messages)
+        tokens = compactor.count_message_tokens(sent)
+        assert tokens <= trigger, f"{tokens} tokens sent, trigger {trigger}"
+        ids = [m.id for m in messages[1:]]
+        assert None not in ids and len(set(ids)) == len(ids)
+        for m in messages[1:]:  # an id always names the same content
+            assert seen_ids.setdefault(str(m.id), str(m.content)) == str(m.content), m.id
+        tools = {m.tool_call_id: str(m.content) for m in messages if isinstance(m, ToolMessage)}
+        if pin is not None:  # once in every request after the first compaction
+            assert [m.content for m in messages].count(pin) == (1 if auto.compactions else 0)
+        if auto.compactions > done["compactions"]:  # compacted just before this request
+            done["compactions"] = auto.compactions
+            tiers.append(auto.stats()["tiers"])
+            compacted = auto.last
+            assert compacted is not None
+            # what the model got is what the compaction produced and counted, message for message
+            assert [(m["role"], m.get("tool_call_id"), m.get("content")) for m in sent[1:]] == [
+                (m["role"], m.get("tool_call_id"), m.get("content")) for m in compacted]
+            if compacted.summary is not None:
+                restored.extend(i for i in tools if i in stubs and not tools[i].startswith(STUB_MARK))
+        stubs.update(i for i, text in tools.items() if text.startswith(STUB_MARK))
+
+    model = ToolCallingFakeModel(messages=iter([]), check=check)
+    model.messages = _script(model, {})
+    agent = create_agent(model, tools=[get_order, search_catalog], system_prompt=SYSTEM,
+                         middleware=[middleware])
+    request = f"Check orders {', '.join(ORDERS)} and refund the pending ones."
+    result = agent.invoke({"messages": [HumanMessage(request)]}, {"recursion_limit": 200})
+
+    assert len(model.requests) == len(ORDERS) + 2
+    cheap = [t for t in tiers if "summary" not in t]
+    assert cheap and "clear" in cheap[0] and tiers.index(cheap[0]) < next(
+        k for k, t in enumerate(tiers) if "summary" in t)
+    assert restored, "no summary brought a kept stub back to its original"
+    _check_history(result["messages"])
+
+
+def _lookups(count: int) -> list[BaseMessage]:
+    messages: list[BaseMessage] = [HumanMessage("Check my orders.", id="h0")]
+    for i in range(count):
+        calls = [{"name": "get_order", "args": {"order_id": ORDERS[i]}, "id": f"c{i}"}]
+        messages += [AIMessage(content="", tool_calls=calls, id=f"a{i}"),
+                     ToolMessage(get_order.invoke({"order_id": ORDERS[i]}), tool_call_id=f"c{i}", id=f"t{i}",
+                                 name="get_order", artifact={"n": i})]
+    return messages
+
+
+def test_rebuild_copies_what_a_tier_changed_and_refuses_another_list() -> None:
+    messages = _lookups(6)
+    dicts, owners = openai_messages(messages)
+    tokens = compactor.count_message_tokens(dicts)
+    cleared = compactor.compact_messages(dicts, tokens - 200, tiers=compactor.TIERS)
+    assert cleared.summary is None and cleared.report["replaced"]
+    out = rebuild(messages, dicts, owners, cleared)
+    changed = {int(i) for i in cleared.report["replaced"]}
+    assert convert_to_openai_messages(out) == list(cleared)
+    for i, (before, after) in enumerate(zip(messages, out, strict=True)):
+        if i in changed:  # a copy: the compacted text, the same call and metadata, a derived id
+            assert isinstance(after, ToolMessage) and str(after.content).startswith(STUB_MARK)
+            assert (after.tool_call_id, after.name, after.artifact) == (before.tool_call_id, before.name,
+                                                                          before.artifact)
+            assert after.id == copy_id(before.id, before.content, after.content) != before.id
+        else:
+            assert after is before
+    # back to the original content, a stub's copy takes the original id again
+    stub = out[min(changed)]
+    assert copy_id(stub.id, stub.content, messages[min(changed)].content) == messages[min(changed)].id
+    shifted = [HumanMessage("first", id="x"), *messages]
+    with pytest.raises(compactor.CompactorError, match="does not line up"):
+        rebuild(shifted, *openai_messages(shifted), cleared)

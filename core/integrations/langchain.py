@@ -10,9 +10,11 @@
 kept, one Document per source document still represented, in retrieval order, with the chunk ids
 the text came from in its metadata. `CompactorMiddleware` runs an `AutoCompactor` before every model
 call: once the agent's messages pass the trigger they are replaced (as LangChain's own
-SummarizationMiddleware does) by the head, one summary message and the last turns, the kept
-messages being the very objects of the state (ids, tool calls and their results unchanged). The
-middleware registers the `expand_context` tool, which reads the summarised originals back.
+SummarizationMiddleware does) by what the compaction produced: the head, one summary message and
+the last turns, or, from the cheap tiers, every message with old tool outputs as stubs. A kept
+message is the very object of the state (ids, tool calls and their results unchanged) unless a
+tier changed its text, when it is a copy carrying the compacted text. The middleware registers the
+`expand_context` tool, which reads the summarised originals back.
 
 Needs the extra: `pip install "compactor[langchain]"` (langchain, langchain-core; the retriever
 `ContextualCompressionRetriever` lives in langchain-classic in LangChain 1.x).
@@ -20,9 +22,11 @@ Needs the extra: `pip install "compactor[langchain]"` (langchain, langchain-core
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
@@ -50,9 +54,12 @@ from compactor.apps.auto import AutoCompactor, AutoCounters
 from compactor.apps.common import llm_mapping, pipeline_for
 from compactor.apps.conversation import CompactedMessages, count_message_tokens
 from compactor.apps.overflow import compact_for_retry, is_context_overflow
+from compactor.apps.pins import pin_slots
 from compactor.apps.tools import EXPAND_TOOL, EXPAND_TOOL_NAME
 from compactor.document import Context, Segment, Source
-from compactor.formats.messages import TOKENS_PER_REPLY
+from compactor.errors import CompactorError
+from compactor.formats.clearing import REDUCED_MARK, STUB_MARK
+from compactor.formats.messages import TOKENS_PER_REPLY, read_messages, to_dict
 from compactor.store import Batch, open_store
 
 try:  # LangChain versions whose wrap_model_call can return a state update with the response
@@ -66,6 +73,12 @@ CHUNKS_KEY = "compactor_chunk_ids"
 TOKENS_KEY = "compactor_tokens"
 #: `additional_kwargs["lc_source"]` of the summary message (SummarizationMiddleware uses "summarization").
 SUMMARY_MARK = "compactor"
+#: `additional_kwargs["lc_source"]` of a pinned message a compaction put in (`pin=`).
+PIN_MARK = "compactor-pin"
+#: Between a message's id and the digest of the compacted content a copy of it carries.
+_COPY = "~compactor-"
+_TIER_MARKS = (STUB_MARK, REDUCED_MARK)
+_SUMMARY, _PIN = "summary", "pin"  # what a message of a compaction stands for, when not a kept one
 
 
 # -- retrievers -------------------------------------------------------------------------------------
@@ -175,10 +188,13 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
     tool schemas are not in the state, so the middleware measures them on each model request
     (`wrap_model_call`) and counts them against the trigger from the next check on (the larger of
     that and `tools_tokens`); before the first request, only `tools_tokens` counts.
-    Past the trigger the state's messages are replaced by the compacted list; the messages it
-    keeps are the state's own objects, so ids, AIMessage tool calls and their ToolMessages stay as
-    they were, and a tool call is never kept without its results. `tools` holds the `expand_context`
-    tool (create_agent offers it to the model); `compactions`, `tokens_saved` and `stats()` count.
+    Past the trigger the state's messages are replaced by the compacted list (`rebuild`), which is
+    what the compaction counted: the messages it keeps as they are are the state's own objects, so
+    ids, AIMessage tool calls and their ToolMessages stay as they were, and a tool call is never
+    kept without its results; a ToolMessage whose output a tier cleared or reduced, or that a
+    summary brought back from its stub, is a copy with that text; pins (`pin=`) go in once after
+    every compaction. `tools` holds the `expand_context` tool (create_agent offers it to the
+    model); `compactions`, `tokens_saved` and `stats()` count.
 
     When the model call raises a context-length error (`is_context_overflow`: the provider's
     exception, as LangChain chat models raise it) the request's messages are compacted
@@ -213,14 +229,24 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
         if not messages:
             return None
         dicts, owners = openai_messages(messages)
-        compacted = self.auto.maybe_compact(dicts)
+        unpinned = [m for m in messages if not is_pin(m)]
+        if len(unpinned) == len(messages):
+            compacted = self.auto.maybe_compact(dicts)
+        else:
+            # measured with the pins an earlier compaction put in (they are sent), compacted without
+            # them: the compaction puts them in again as they read now, and its report's indices
+            # are those of the list it was given
+            before = self.auto.tokens(dicts)
+            self.auto.checks += 1
+            if before <= self.auto.trigger_tokens:
+                return None
+            messages = unpinned
+            dicts, owners = openai_messages(messages)
+            compacted = self.auto.compact(dicts, tokens_before=before)
         if not isinstance(compacted, CompactedMessages):
             return None
-        if compacted.summary is None:  # a cheap tier: some tool outputs became stubs
-            if not compacted.report.get("replaced"):
-                return None
-            return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES),
-                                 *restubbed(messages, owners, compacted)]}
+        if compacted.summary is None and not compacted.report.get("replaced"):
+            return None  # the cheap tiers changed nothing
         return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES),
                              *rebuild(messages, dicts, owners, compacted)]}
 
@@ -269,15 +295,15 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
         it smaller (the overflow is then raised as it came). `overhead`: what this request spends
         outside its messages (`_measure`); the part the compactor's `tools_tokens` does not cover
         (another request with fewer tools measured since) is this retry's `extra_tokens`."""
-        messages = list(request.messages)
+        messages = [m for m in request.messages if not is_pin(m)]  # the compaction puts them in again
         dicts, owners = openai_messages(messages)
         extra = max(0, overhead - self.auto.tools_tokens)
         compacted = compact_for_retry(self.auto, dicts, failure, extra_tokens=extra)
         if compacted is None:
             return None
-        if compacted.summary is not None and "head" in compacted.report:
+        if compacted.summary is None or "head" in compacted.report:
             shorter = rebuild(messages, dicts, owners, compacted)  # kept messages are the same objects
-        else:  # no summary (tool outputs cleared or shortened): the compacted dicts as messages
+        else:  # a summary without a plan to place it (another pipeline): the compacted dicts as messages
             shorter = convert_to_messages(list(compacted))
         return request.override(messages=cast("list[AnyMessage]", shorter))
 
@@ -362,51 +388,129 @@ def openai_messages(messages: Sequence[BaseMessage]) -> tuple[list[dict[str, Any
 
 def restubbed(messages: Sequence[BaseMessage], owners: Sequence[int],
               compacted: CompactedMessages) -> list[BaseMessage]:
-    """The history after a cheap tier: the original objects, but those whose tool output became a
-    stub or a reduction (converted from the compacted dicts; tool call ids keep the pairs).
-    With pins (which add messages) the whole list is converted."""
-    if len(compacted) != len(owners):
-        return list(convert_to_messages(list(compacted)))
-    changed = {owners[int(i)] for i in compacted.report.get("replaced") or {}}
-    out: list[BaseMessage] = []
-    for owner, message in enumerate(messages):
-        if owner not in changed:
-            out.append(message)
-            continue
-        parts = [compacted[i] for i, o in enumerate(owners) if o == owner]
-        out.extend(convert_to_messages(parts))  # a new message: new id (the state keeps it from now on)
-    return out
+    """The history after a cheap tier (tool outputs as stubs or reductions): `rebuild` with the
+    messages' own dicts."""
+    return rebuild(messages, openai_messages(messages)[0], owners, compacted)
 
 
 def rebuild(messages: Sequence[BaseMessage], dicts: Sequence[dict[str, Any]], owners: Sequence[int],
             compacted: CompactedMessages) -> list[BaseMessage]:
-    """The compacted history as LangChain messages: the kept ones are the original objects; a
-    message kept in part, or a system message sent as an excerpt, is converted from its dicts."""
+    """The compacted history as LangChain messages, for any compaction of `dicts` (the messages as
+    `openai_messages` gave them): cheap tiers, a summary, pins. What is sent is what the compaction
+    produced and counted. A kept message the compaction sends as it is stays the original object
+    (id, tool calls, metadata). One whose text it changed (a tool output cleared or reduced, a stub
+    a summary brought back to its original, a system message sent as an excerpt) is a copy with
+    the new text and an id derived from the original's (`copy_id`), so an id always names one
+    content; a message kept in part is converted from its kept dicts. The summary and each pin are
+    new messages. Raises `CompactorError` when the compaction does not line up with `dicts` (a
+    compaction of another list)."""
+    if len(dicts) != len(owners) or any(not 0 <= o < len(messages) for o in owners):
+        raise CompactorError(f"owners has {len(owners)} entries for {len(dicts)} dicts of {len(messages)} "
+                             "messages: give the dicts and owners openai_messages returned for them")
     report = compacted.report
-    replaced = {int(i): str(text) for i, text in (report.get("system") or {}).items()}
-    counts: dict[int, int] = {}
-    for owner in owners:
-        counts[owner] = counts.get(owner, 0) + 1
+    slots: list[int | str]
+    if compacted.summary is None:  # cheap tiers only: every message, in order
+        slots = list(range(len(dicts)))
+    elif "head" in report and "tail" in report:
+        slots = [*(int(i) for i in report["head"]), _SUMMARY, *(int(i) for i in report["tail"])]
+    else:
+        raise CompactorError("the compaction has a summary but no head and tail to place it between")
+    slots = pin_slots(slots, compacted, list(report.get("pin_texts") or ()), _PIN)
+    excerpts = {int(i) for i in (report.get("system") or {})}
+    normal = [to_dict(m) for m in read_messages(list(dicts))]  # as the compaction reads them
+    sizes = Counter(owners)
+    out: list[BaseMessage] = []
+    run: list[tuple[int, dict[str, Any]]] = []  # consecutive kept dicts of one message
 
-    def take(indices: Iterable[int]) -> list[BaseMessage]:
-        groups: list[tuple[int, list[int]]] = []
-        for i in indices:
-            if groups and groups[-1][0] == owners[i]:
-                groups[-1][1].append(i)
+    def flush() -> None:
+        if run:
+            owner = owners[run[0][0]]
+            out.extend(_kept(messages[owner], run, normal, sizes[owner]))
+            run.clear()
+
+    for slot, message in zip(slots, compacted, strict=True):
+        if isinstance(slot, str):
+            flush()
+            if slot == _SUMMARY:
+                out.append(_summary_message(str(message.get("content")), str(message.get("role", "user"))))
             else:
-                groups.append((owners[i], [i]))
-        out: list[BaseMessage] = []
-        for owner, kept in groups:
-            if len(kept) == counts[owner] and not any(i in replaced for i in kept):
-                out.append(messages[owner])
-                continue
-            parts = [{**dicts[i], "content": replaced[i]} if i in replaced else dicts[i] for i in kept]
-            out.extend(convert_to_messages(parts))
-        return out
+                out.append(_pin_message(message))
+            continue
+        if not 0 <= slot < len(dicts) or not _lines_up(normal[slot], message, slot in excerpts):
+            raise CompactorError(f"the compaction does not line up with the messages: its message "
+                                 f"{message.get('role')!r} stands for dict {slot} (a compaction of "
+                                 "another list?)")
+        if run and owners[run[-1][0]] != owners[slot]:
+            flush()
+        run.append((slot, message))
+    flush()
+    return out
 
-    head = list(report["head"])
-    summary = _summary_message(str(compacted.summary), str(compacted[len(head)].get("role", "user")))
-    return [*take(head), summary, *take(report["tail"])]
+
+def _kept(original: BaseMessage, run: Sequence[tuple[int, dict[str, Any]]],
+          normal: Sequence[dict[str, Any]], size: int) -> list[BaseMessage]:
+    """A kept message as the compaction sends it: the original object, a copy with the compacted
+    text, or (kept in part, or several dicts changed) new messages from the compacted dicts."""
+    same = all(part.get("content") == normal[i].get("content") for i, part in run)
+    if same and len(run) == size:
+        return [original]
+    if len(run) == size == 1:
+        old, new = normal[run[0][0]].get("content"), run[0][1].get("content")
+        return [original.model_copy(update={"content": new if new is not None else "",
+                                            "id": copy_id(original.id, old, new)})]
+    parts = [part for _, part in run]
+    converted = list(convert_to_messages(parts))
+    for n, message in enumerate(converted):
+        message.id = None if original.id is None else f"{copy_id(original.id, None, parts)}-{n}"
+    return converted
+
+
+def copy_id(message_id: str | None, old: Any, new: Any) -> str | None:
+    """The id of a copy of message `message_id` whose content went from `old` to `new`: the
+    original id with the digest of the new content, or the original id itself when a stub or a
+    reduction is back to the output it replaced (the content that id was first seen with)."""
+    if message_id is None:
+        return None
+    base, separator, _ = message_id.partition(_COPY)
+    if separator and _tiered(old) and not _tiered(new):
+        return base
+    data = json.dumps(new, sort_keys=True, ensure_ascii=False, default=str)
+    return f"{base}{_COPY}{hashlib.sha256(data.encode()).hexdigest()[:16]}"
+
+
+def _lines_up(original: dict[str, Any], kept: dict[str, Any], excerpt: bool) -> bool:
+    """Whether a kept message of a compaction is `original`: its role, its calls and the call it
+    answers; its text too, unless a tier changed it (a stub, a reduction, a summary's restored
+    original) or it is a system message sent as an excerpt."""
+    def calls(message: dict[str, Any]) -> list[Any]:
+        return [c.get("id") for c in message.get("tool_calls") or ()]
+
+    if original.get("role") != kept.get("role") or original.get("tool_call_id") != kept.get("tool_call_id"):
+        return False
+    if calls(original) != calls(kept):
+        return False
+    old, new = original.get("content"), kept.get("content")
+    return old == new or excerpt or _tiered(old) or _tiered(new)
+
+
+def _tiered(content: Any) -> bool:
+    """Whether a message's content is a stub or a reduction (its text, or a block's, starts with a mark)."""
+    if isinstance(content, str):
+        return content.startswith(_TIER_MARKS)
+    if isinstance(content, list):
+        texts = [b.get(key) for b in content if isinstance(b, dict) for key in ("text", "content")]
+        return any(isinstance(text, str) and text.startswith(_TIER_MARKS) for text in texts)
+    return False
+
+
+def _pin_message(part: dict[str, Any]) -> BaseMessage:
+    """A pin the compaction put in, as a message whose id is its text's digest (the same pin keeps
+    its id from one compaction to the next)."""
+    message = convert_to_messages([part])[0]
+    data = json.dumps(part, sort_keys=True, ensure_ascii=False, default=str)
+    message.id = f"compactor-pin-{hashlib.sha256(data.encode()).hexdigest()[:16]}"
+    message.additional_kwargs["lc_source"] = PIN_MARK
+    return message
 
 
 def _summary_message(text: str, role: str) -> AnyMessage:
@@ -418,3 +522,8 @@ def _summary_message(text: str, role: str) -> AnyMessage:
 def is_summary(message: BaseMessage) -> bool:
     """Whether `message` is a summary this middleware wrote."""
     return message.additional_kwargs.get("lc_source") == SUMMARY_MARK
+
+
+def is_pin(message: BaseMessage) -> bool:
+    """Whether `message` is a pin a compaction put in (the next compaction puts it in again)."""
+    return message.additional_kwargs.get("lc_source") == PIN_MARK
