@@ -122,3 +122,17 @@ def test_without_a_question_the_content_lines_are_kept() -> None:
     text = compactor.compress_single_file_results("", _meeting(lines), max_length=400)
     kept = _kept(text)
     assert len(text) <= 400 and len(kept) >= 3 and not any(is_filler(x) for x in kept)
+
+
+def test_the_chinese_layout_is_the_one_the_design_draws() -> None:
+    spans = [(0, 0.0, 3.5), (1, 3.5, 8.2), (2, 8.2, 9.0), (5, 25.0, 28.5), (6, 28.5, 32.1)]
+    segments = [{"index": i, "start": a, "end": b, "text": f"句子{i + 1}"} for i, a, b in spans]
+    results = {"filename": "example_video.mp4", "segments": segments}
+    text = compactor.compress_single_file_results("问题", results)
+    assert text == ("[文件开始: example_video.mp4]\n"
+                    "  [块开始: 1 - 索引: 0-2]\n  [0.00-3.50] 句子1\n  [3.50-8.20] 句子2\n"
+                    "  [8.20-9.00] 句子3\n"
+                    "  [块结束: 1]\n\n"
+                    "  [块开始: 2 - 索引: 5-6]\n  [25.00-28.50] 句子6\n  [28.50-32.10] 句子7\n  [块结束: 2]\n"
+                    "[文件结束: example_video.mp4]\n\n"
+                    "请注意：以上内容来自同一视频的不同块，不保证时间连续性。")
