@@ -295,11 +295,29 @@ class HierarchicalOrganizer(Component):
         def render() -> str:
             return "\n\n".join(compressed_parts(files, lines, kept(), head, lang))
 
+        def drop(unit: _Unit) -> None:
+            chosen[id(unit.line)].remove(unit)
+            if not chosen[id(unit.line)]:
+                del chosen[id(unit.line)]
+
         while chosen and not fits(render()):  # the estimate was short: drop the weakest sentence
-            weakest = min((u for group in chosen.values() for u in group), key=lambda u: u.score)
-            chosen[id(weakest.line)].remove(weakest)
-            if not chosen[id(weakest.line)]:
-                del chosen[id(weakest.line)]
+            drop(min((u for group in chosen.values() for u in group), key=lambda u: u.score))
+
+        # the estimate errs high: fill what is left with the best sentences that still fit, checked
+        # on the rendered text (a bounded number of tries)
+        slack = limit - measure(render())
+        taken = {id(u) for group in chosen.values() for u in group}
+        spare = sorted((u for u in units if id(u) not in taken and u.cost <= slack), key=gain, reverse=True)
+        for unit in spare[:REFILL_TRIES]:
+            if gain(unit) <= 0 or extra(unit) > slack + 2:
+                continue
+            chosen.setdefault(id(unit.line), []).append(unit)
+            text = render()
+            if fits(text):
+                covered.update(unit.words)
+                slack = limit - measure(text)
+            else:
+                drop(unit)
         result = kept()
         run.note("selected", sum(len(v) for v in result.values()))
         return result
@@ -379,6 +397,8 @@ class _Weights:
 
 
 WEIGHTS = _Weights()
+#: Sentences tried, each on the rendered text, to fill the room the cost estimate left.
+REFILL_TRIES = 24
 
 
 @dataclass(slots=True)
