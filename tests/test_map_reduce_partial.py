@@ -37,6 +37,7 @@ llm:
   api_key: sk-test
   timeout: 10
   max_retries: 0
+  max_tokens: 2000
 steps:
   - use: chunk.tokens
     with: {{size: 400, overlap: 0}}
@@ -239,3 +240,17 @@ def test_the_router_reports_the_data_source_note(text: str, summarized: bool, la
     assert d["compression_decision"] == ("compress_first" if summarized else "direct_to_reporter")
     assert d["data_source_note"] == data_source_note(summarized, lang)
     assert d["data_source_note"] == NOTES[(summarized, lang)]
+
+
+def test_no_call_asks_for_more_tokens_than_the_models_output_cap(openai_server: FakeOpenAI) -> None:
+    # a routing threshold of 1600 tokens, but the pipeline's llm.max_tokens is 600: every allowance
+    # sent on the wire (maps, reduce, second pass) stays within what the provider would accept
+    server_pipeline = PIPELINE.replace("  max_tokens: 2000\n", "  max_tokens: 600\n")
+    openai_server.respond = Model()
+    context = Pipeline.from_string(server_pipeline.format(url=openai_server.base_url), env={}).run(
+        ARTICLE, query=QUERY)
+    [report] = [r for r in context.reports if r.step == "compress.map_reduce"]
+    assert report.details["llm_used"] is True
+    sent = [r.json["max_tokens"] for r in openai_server.requests]
+    assert sent and max(sent) <= 600 and len(merges(openai_server)) >= 1
+    assert COUNTER.count(context.segments[0].text) <= 600

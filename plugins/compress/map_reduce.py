@@ -37,6 +37,7 @@ from compactor.components import Component, DataPath
 from compactor.document import Chunk, Context, Segment, frozen_mapping
 from compactor.hookspecs import hookimpl
 from compactor.llm import guard as llm_guard
+from compactor.llm.client import LLMSettings
 from compactor.llm.guard import Request, complete_guarded
 from compactor.plugins.classify import usable
 from compactor.plugins.compress import facts as fx
@@ -247,7 +248,11 @@ class MapReduce(Component):
         if not chunks:
             return None
         lang = "zh" if is_chinese(c.text[:2000] for c in chunks[:5]) else "en"
-        per_map = max(200, target // len(chunks))
+        # every call's allowance is also the `max_tokens` sent on the wire: never past the model's
+        # output cap, the pipeline's `llm.max_tokens` (1500 by default), which providers enforce
+        cap = LLMSettings.from_mapping(run.settings.get("llm") or {}).max_tokens
+        target = min(target, cap)
+        per_map = min(cap, max(200, target // len(chunks)))
         query = context.query or ""
         maps = complete_guarded([Request(fill(template_for(self.map_prompt, "map", lang), query=query,
                                               budget=str(per_map), content=c.text), c.text, per_map,
@@ -264,7 +269,7 @@ class MapReduce(Component):
         mix = "\n\n".join(p for p in parts if p.strip())
         source = "\n".join(c.text for c in chunks)
         # the reduced text must fit what the reporter may receive: the routing threshold (or the budget)
-        ceiling = min(self.threshold, context.resolved_budget() or self.threshold)
+        ceiling = min(self.threshold, context.resolved_budget() or self.threshold, cap)
         reduce_template = template_for(self.reduce_prompt, "reduce", lang)
         reduced = complete_guarded([Request(fill(reduce_template, query=query, budget=str(ceiling),
                                                  content=mix), source, ceiling, context.query)],
