@@ -10,12 +10,8 @@ warns on stderr.
 
 from __future__ import annotations
 
-import functools
-import importlib.resources
 from pathlib import Path
 from typing import Any, Literal
-
-import regex
 
 from compactor.components import Component, DataPath, score_value
 from compactor.document import Chunk, Context, Segment, frozen_mapping
@@ -23,33 +19,14 @@ from compactor.errors import LLMError
 from compactor.hookspecs import hookimpl
 from compactor.llm import guard as llm_guard
 from compactor.llm.client import LLMClient, LLMSettings
+from compactor.llm.templates import fill, template_for
 from compactor.plugins.classify import usable
 from compactor.run import Run
 from compactor.text.language import is_chinese
 
 Policy = Literal["explicit", "severe_loss", "important"]
-PROMPT_PACKAGE = "compactor.plugins"
-PLACEHOLDERS = ("query", "budget", "content")
-_PLACEHOLDER = regex.compile(r"\{(query|budget|content)\}")
 #: A chunk at least this important (score `score.importance`) makes the `important` policy call the LLM.
 IMPORTANT = 0.8
-
-
-@functools.cache
-def shipped_prompt(lang: str, name: str = "fallback") -> str:
-    """A prompt template that ships with compactor (`prompts/<name>.<lang>.md`, "en" or "zh")."""
-    resource = importlib.resources.files(PROMPT_PACKAGE) / "prompts" / f"{name}.{lang}.md"
-    return resource.read_text(encoding="utf-8")
-
-
-def template_for(prompt: str | None, name: str, lang: str) -> str:
-    """A user's prompt file when given, else the shipped `<name>.<lang>.md`."""
-    return Path(prompt).read_text(encoding="utf-8") if prompt else shipped_prompt(lang, name)
-
-
-def fill(template: str, **values: str) -> str:
-    """Replace `{query}`, `{budget}`, `{content}` in one pass (so braces in the content are safe)."""
-    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
 
 def is_important(chunk: Chunk) -> bool:

@@ -24,7 +24,7 @@ from compactor.errors import InputError
 from compactor.formats.transcripts import overview, spoken
 from compactor.hookspecs import hookimpl
 from compactor.llm.guard import Request, complete_guarded
-from compactor.plugins.llm import fill, template_for
+from compactor.llm.templates import fill, template_for
 from compactor.run import Run
 from compactor.state import TranscriptOptions
 from compactor.text import utterances as ut

@@ -16,6 +16,7 @@ import yaml
 from compactor import ContextCompacter, Pipeline
 from compactor.apps.compacter import to_source
 from compactor.document import Chunk
+from compactor.formats.search_context import fact_line
 from compactor.plugins.compress import facts as fx
 from compactor.text.tokens import get_counter
 
@@ -50,7 +51,7 @@ def checklist_tokens(compacter: ContextCompacter) -> int:
     context = compacter.get_checklist_context()
     if isinstance(context, str):
         return COUNTER.count(context)
-    return COUNTER.count("\n".join(fx.fact_line(f) for f in context))
+    return COUNTER.count("\n".join(fact_line(f) for f in context))
 
 
 def session(item_list: list[dict[str, Any]], compacter: ContextCompacter,

@@ -15,7 +15,8 @@ import pytest
 from compactor import ContextCompacter, Pipeline
 from compactor.document import Fact
 from compactor.errors import ConfigError, InputError
-from compactor.plugins.compress.search import parse_chunk_ids, summary_sentences, trace_sentences
+from compactor.formats.search_context import summary_sentences
+from compactor.plugins.compress.search import parse_chunk_ids, trace_sentences
 from compactor.text.tokens import get_counter
 
 from . import openai_server as fake

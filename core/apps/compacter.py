@@ -24,9 +24,8 @@ from typing import Any
 from compactor.config import PipelineSpec, load_spec
 from compactor.document import Budget, Chunk, Context, Fact, Source, chunk_id, content_hash
 from compactor.errors import ConfigError, InputError, Problem, StoreConflict
+from compactor.formats.search_context import PREVIOUS, fact_line, heading, summary_sentences
 from compactor.pipeline import Pipeline, pipeline_folder, read_pipeline_text
-from compactor.plugins.compress import facts as fx
-from compactor.plugins.compress.search import PREVIOUS, heading, summary_sentences
 from compactor.registry import ComponentInfo, Registry, build_registry
 from compactor.state import Knowledge, State, thaw
 from compactor.store import Batch, ChunkStore, open_store
@@ -316,7 +315,7 @@ class ContextCompacter:
         limit = self._checklist_budget()
         if limit is None or self.pipeline.counter.count(cited) <= limit:
             return cited
-        return "\n".join(fx.fact_line(f) for f in context)
+        return "\n".join(fact_line(f) for f in context)
 
     def _checklist_budget(self) -> int | None:
         stored = self.store.knowledge(self.session, "checklist_budget")

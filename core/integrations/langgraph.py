@@ -37,9 +37,10 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
+from compactor.formats.routing import COMPRESS, DIRECT, data_source_note
 from compactor.llm import guard
-from compactor.plugins.compress.map_reduce import COMPRESS, DIRECT, data_source_note, rule_extract
-from compactor.plugins.llm import fill, template_for
+from compactor.llm.templates import fill, template_for
+from compactor.text.extracts import rule_extract
 from compactor.text.language import is_chinese
 from compactor.text.spans import token_windows
 from compactor.text.tokens import TokenCounter, get_counter

@@ -45,12 +45,12 @@ from compactor.formats.messages import (
 from compactor.formats.system_prompt import shorten_system
 from compactor.hookspecs import hookimpl
 from compactor.llm.guard import Request, complete_guarded
+from compactor.llm.templates import fill, template_for
 from compactor.plugins.compress import chat_summary as chat
 from compactor.plugins.compress import history as hx
 from compactor.plugins.compress import roles
 from compactor.plugins.compress.file_memory import recent_files, render_views
 from compactor.plugins.compress.kinds import AGENT_KINDS, detect_kind, session_dates
-from compactor.plugins.llm import fill, template_for
 from compactor.plugins.validate import loss_report
 from compactor.run import Run
 from compactor.state import BudgetShare, CompactionPlan, ConversationOptions

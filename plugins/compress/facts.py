@@ -15,8 +15,6 @@ between pages; `keep_facts` keeps those above a threshold relative to the best a
 from __future__ import annotations
 
 import json
-import math
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -24,8 +22,10 @@ import regex
 
 from compactor.components import score_value
 from compactor.document import Chunk, Fact, Source, content_hash
+from compactor.formats.search_context import fact_line
 from compactor.provenance import source_map
 from compactor.text import terms as ts
+from compactor.text.extracts import information, query_idf, relevance
 from compactor.text.sentences import split_sentences
 from compactor.text.tokens import TokenCounter
 
@@ -62,27 +62,6 @@ def _long_enough(text: str) -> bool:
     if len(_CJK.findall(text)) >= MIN_CJK:
         return True
     return len(text.split()) >= MIN_WORDS
-
-
-def query_idf(term_sets: Iterable[frozenset[str]], query_terms: set[str]) -> dict[str, float]:
-    """BM25-style idf of each query term over a set of sentences."""
-    sets = list(term_sets)
-    df: Counter[str] = Counter()
-    for terms in sets:
-        df.update(terms & query_terms)
-    n = len(sets)
-    return {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in query_terms}
-
-
-def relevance(terms: frozenset[str], idf: dict[str, float]) -> float:
-    """The idf-weighted share of the query's terms a sentence holds."""
-    return sum(idf[t] for t in terms & idf.keys()) / (sum(idf.values()) or 1.0)
-
-
-def information(text: str) -> float:
-    """What a sentence carries: numbers, dates and names, saturating at four."""
-    sig = ts.signals(text)
-    return min(1.0, (sig.number_hits + sig.date_hits + len(sig.entities)) / 4)
 
 
 def candidates(chunks: Sequence[Chunk], query: str | None, counter: TokenCounter) -> list[Candidate]:
@@ -383,11 +362,6 @@ def with_input_spans(facts: Sequence[Fact], sources: Sequence[Source]) -> list[F
                 span = (fact.span[0], start, end)
         out.append(replace(fact, span=span))
     return out
-
-
-def fact_line(fact: Fact) -> str:
-    """How a fact reads in a checklist (what its budget counts)."""
-    return f"- {fact.text}"
 
 
 def fit_facts(facts: Sequence[Fact], budget: int | None, counter: TokenCounter) -> list[Fact]:

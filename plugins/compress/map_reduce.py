@@ -31,23 +31,26 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from compactor.components import Component, DataPath
 from compactor.document import Chunk, Context, Segment, frozen_mapping
+from compactor.formats.routing import COMPRESS, DATA_SOURCE_NOTES, DIRECT, data_source_note
 from compactor.hookspecs import hookimpl
 from compactor.llm import guard as llm_guard
 from compactor.llm.client import LLMSettings
 from compactor.llm.guard import Request, complete_guarded
+from compactor.llm.templates import fill, template_for
 from compactor.plugins.classify import usable
-from compactor.plugins.compress import facts as fx
 from compactor.plugins.compress.select import Kept, segments_for
-from compactor.plugins.llm import fill, template_for
 from compactor.run import Run
 from compactor.text import terms as ts
+from compactor.text.extracts import information, query_idf, relevance, rule_extract
 from compactor.text.language import is_chinese
 from compactor.text.sentences import split_sentences
 from compactor.text.tokens import TokenCounter
+
+__all__ = ["COMPRESS", "DATA_SOURCE_NOTES", "DIRECT", "MapReduce", "data_source_note", "rule_extract"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,12 +75,12 @@ def _sentences(chunk: Chunk) -> list[Sentence]:
 def _score(sentences: list[Sentence], query: str | None, counter: TokenCounter) -> list[Sentence]:
     """Query relevance (idf-weighted share of query terms) plus information (numbers, names)."""
     query_terms = set(ts.terms(query or ""))
-    idf = fx.query_idf((s.terms for s in sentences), query_terms)
+    idf = query_idf((s.terms for s in sentences), query_terms)
     costs = counter.count_many([s.chunk.text[s.start:s.end] for s in sentences])
     scored = []
     for s, cost in zip(sentences, costs, strict=True):
-        info = fx.information(s.chunk.text[s.start:s.end])
-        score = 0.7 * fx.relevance(s.terms, idf) + 0.3 * info if query_terms else info
+        info = information(s.chunk.text[s.start:s.end])
+        score = 0.7 * relevance(s.terms, idf) + 0.3 * info if query_terms else info
         scored.append(Sentence(s.chunk, s.start, s.end, s.terms, score, cost))
     return scored
 
@@ -91,34 +94,6 @@ def _best(sentences: list[Sentence], limit: int) -> list[Sentence]:
             chosen.append(s)
             used += s.tokens
     return sorted(chosen, key=lambda s: (s.chunk.source_id, s.chunk.start + s.start))
-
-
-#: Decisions of the token router, as the report graph's state names them.
-DIRECT: Final = "direct_to_reporter"
-COMPRESS: Final = "compress_first"
-
-#: The line a reporter adds under its report: which text it was written from.
-DATA_SOURCE_NOTES = {
-    ("summarized", "en"): "Note: this report is based on summarized research content.",
-    ("summarized", "zh"): "注意: 本报告基于智能摘要的研究内容生成。",
-    ("full", "en"): "Note: this report is based on the full research content.",
-    ("full", "zh"): "注意: 本报告基于完整的研究内容生成。",
-}
-
-
-def data_source_note(summarized: bool, lang: str = "en") -> str:
-    """The note for a report written from summarized (or full) observations, in `lang` ("en"/"zh")."""
-    return DATA_SOURCE_NOTES[("summarized" if summarized else "full", "zh" if lang == "zh" else "en")]
-
-
-def rule_extract(text: str, query: str | None, limit: int, counter: TokenCounter) -> str:
-    """What the rule map keeps of one chunk: its most query-relevant, informative sentences within
-    `limit` tokens (at least one), in reading order, one per line. The stand-in for a map reply
-    the guard refused."""
-    chunk = Chunk(id="extract", source_id="extract", index=0, start=0, end=len(text), text=text,
-                  tokens=counter.count(text))
-    scored = _score(_sentences(chunk), query, counter)
-    return "\n".join(text[s.start:s.end].strip() for s in _best(scored, max(1, limit))) if scored else ""
 
 
 class MapReduce(Component):

@@ -25,18 +25,18 @@ from typing import Any
 
 from compactor.components import Component, DataPath
 from compactor.document import Chunk, Context, Fact, Segment, frozen_mapping
+from compactor.formats.search_context import PREVIOUS, fact_line, heading, summary_sentences
 from compactor.hookspecs import hookimpl
 from compactor.llm.guard import Request, complete_guarded
+from compactor.llm.templates import fill, template_for
 from compactor.plugins.classify import usable
 from compactor.plugins.compress import facts as fx
 from compactor.plugins.compress.select import Kept, segments_for
-from compactor.plugins.llm import fill, template_for
 from compactor.run import Run
 from compactor.state import Knowledge
 from compactor.text import terms as ts
 from compactor.text.fidelity import invented_facts
 from compactor.text.language import is_chinese
-from compactor.text.sentences import split_sentences
 
 DEFAULT_BATCH_BUDGET = 4000
 
@@ -53,7 +53,7 @@ def _lang(chunks: Sequence[Chunk]) -> str:
 def fact_lines(facts: Sequence[Fact], limit: int | None, run: Run) -> tuple[str, list[Fact]]:
     """Facts as a Markdown list (best first until `limit` tokens), and the facts that made it."""
     shown = fx.fit_facts(facts, limit, run.counter)
-    return "\n".join(fx.fact_line(f) for f in shown), shown
+    return "\n".join(fact_line(f) for f in shown), shown
 
 
 def batch_budget(context: Context, share: float | None, floor: int = 0) -> int | None:
@@ -341,14 +341,6 @@ def parse_chunk_ids(reply: str, known: set[str]) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(ids)), []
 
 
-def heading(title: str | None, url: str | None, source_id: str) -> str:
-    """A page's heading in a rendered context: its title (else URL, else id), then its URL."""
-    head = f"## {title or url or source_id}"
-    if url and url != title:
-        head += f"\n<{url}>"
-    return head
-
-
 def _heading_costs(context: Context, run: Run) -> dict[str, int]:
     """Each page's heading tokens in a rendered context, with the blank line after it."""
     sources = list(context.sources)
@@ -463,16 +455,9 @@ class Summarization(Component):
         return complete_guarded([Request(prompt, f"{previous}\n{content}", limit, context.query)], run)[0]
 
 
-#: how a summary sentence cites the n-th sentence of the previous summary
-PREVIOUS = "summary:"
 #: an LLM sentence is traced to the chunks sharing at least this share of its best chunk's overlap
 TRACE_SHARE = 0.7
 TRACE_MAX = 3
-
-
-def summary_sentences(summary: str) -> list[str]:
-    """A summary's sentences, as its provenance lists them (one per line for a rules summary)."""
-    return [summary[s:e].strip() for s, e in split_sentences(summary) if summary[s:e].strip()]
 
 
 def _previous_chunk(index: int, text: str) -> Chunk:
