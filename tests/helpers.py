@@ -35,3 +35,31 @@ def write_dist(root: Path, dist: str, module: str, source: str, entry: str | Non
                                    encoding="utf-8")
     (info / "entry_points.txt").write_text(f"[compactor]\n{entry or module} = {module}\n",
                                            encoding="utf-8")
+
+
+def lead(text: str, budget: int) -> str:
+    """The leading sentences of `text` within `budget` cl100k tokens: an honest, if plain, summary
+    (what a scripted model answers a map or reduce prompt with)."""
+    from compactor.text.sentences import split_sentences
+    from compactor.text.tokens import get_counter
+
+    counter = get_counter()
+    out: list[str] = []
+    for start, end in split_sentences(text):
+        sentence = text[start:end].strip()
+        if sentence and counter.count(" ".join([*out, sentence])) > budget:
+            break
+        if sentence:
+            out.append(sentence)
+    return " ".join(out)
+
+
+def asked(prompt: str) -> tuple[str, int, bool]:
+    """What a shipped English map or reduce prompt asks: (the text it hands over, the budget it asks
+    for, whether it merges extracts)."""
+    import re
+
+    budget = int(re.search(r"at most (\d+) tokens", prompt).group(1))  # type: ignore[union-attr]
+    if "Extracts:\n" in prompt:
+        return prompt.split("Extracts:\n", 1)[1].strip(), budget, True
+    return prompt.split("Text: '", 1)[1].rsplit("'", 1)[0], budget, False

@@ -21,11 +21,10 @@ from compactor.errors import ConfigError
 from compactor.llm import guard
 from compactor.text.fidelity import find_invented, invented_facts
 from compactor.text.numbers import number_values
-from compactor.text.sentences import split_sentences
 from compactor.text.tokens import get_counter
 
 from . import openai_server as fake
-from .helpers import EVAL, run_cli
+from .helpers import EVAL, lead, run_cli
 from .openai_server import FakeOpenAI, Recorded, Reply
 
 openai_server = fake.openai_server
@@ -47,18 +46,6 @@ HUGE = "word " * 1_999_999 + "word."  # 10 MB
 ZH_ARTICLE = "".join(
     f"第{i}季度，星河公司在{['上海', '成都', '武汉'][i % 3]}的数据中心把缓存命中率提高到百分之{60 + i}，"
     f"平均延迟降到{30 + i}毫秒，工程团队同时升级了北辰数据库。" for i in range(24))
-
-
-def lead(text: str, budget: int) -> str:
-    """The leading sentences of `text` within `budget` tokens: an honest, if plain, summary."""
-    out: list[str] = []
-    for start, end in split_sentences(text):
-        sentence = text[start:end].strip()
-        if sentence and COUNTER.count(" ".join([*out, sentence])) > budget:
-            break
-        if sentence:
-            out.append(sentence)
-    return " ".join(out)
 
 
 # -- unit: length first -------------------------------------------------------------------------------

@@ -293,23 +293,25 @@ class ManyCalls:
         return Reply(body=_completion({"role": "assistant", "content": None, "tool_calls": [call]}, model))
 
 
+async def _long_run(server: FakeOpenAI, session: CompactorSession) -> str:
+    """One Runner run of many tool calls (14 orders) with the session's input filter."""
+    client = AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+    model = OpenAIChatCompletionsModel(model="test-model", openai_client=client)
+    agent = Agent(name="support", instructions="You are a support agent for an online shop.",
+                  tools=[get_order, session.expand_tool()], model=model)
+    result = await Runner.run(agent, "check orders #W1000 to #W1013", session=session, max_turns=30,
+                              run_config=session.run_config(tracing_disabled=True))
+    await client.close()
+    return str(result.final_output)
+
+
 def test_the_input_filter_compacts_within_one_long_run(tmp_path) -> None:
     session = CompactorSession("long-run", window=WINDOW, reserve=2_500, tools_tokens=300,
                                store=str(tmp_path / "compactor.db"))
 
-    async def run(server: FakeOpenAI) -> str:
-        client = AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
-        model = OpenAIChatCompletionsModel(model="test-model", openai_client=client)
-        agent = Agent(name="support", instructions="You are a support agent for an online shop.",
-                      tools=[get_order, session.expand_tool()], model=model)
-        result = await Runner.run(agent, "check orders #W1000 to #W1013", session=session, max_turns=30,
-                                  run_config=session.run_config(tracing_disabled=True))
-        await client.close()
-        return str(result.final_output)
-
     with FakeOpenAI() as server:
         server.respond = ManyCalls(14)
-        final = asyncio.run(run(server))
+        final = asyncio.run(_long_run(server, session))
         requests = list(server.requests)
     assert final.startswith("Checked")
     assert len(requests) == 15 and session.compactions >= 2  # compacted inside the one run
@@ -411,19 +413,9 @@ def test_tiers_hold_every_model_call_of_a_tool_heavy_run_under_the_trigger(tmp_p
                                tiers=compactor.TIERS, store=str(tmp_path / "compactor.db"))
     script = ExpandsAStub(session, 14)
 
-    async def run(server: FakeOpenAI) -> str:
-        client = AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
-        model = OpenAIChatCompletionsModel(model="test-model", openai_client=client)
-        agent = Agent(name="support", instructions="You are a support agent for an online shop.",
-                      tools=[get_order, session.expand_tool()], model=model)
-        result = await Runner.run(agent, "check orders #W1000 to #W1013", session=session, max_turns=30,
-                                  run_config=session.run_config(tracing_disabled=True))
-        await client.close()
-        return str(result.final_output)
-
     with FakeOpenAI() as server:
         server.respond = script
-        final = asyncio.run(run(server))
+        final = asyncio.run(_long_run(server, session))
         requests = list(server.requests)
     assert final == "Checked them all." and len(requests) == 16
     trigger = session.auto.trigger_tokens

@@ -22,22 +22,13 @@ from compactor.text.tokens import get_counter
 from . import openai_server as fake
 from .helpers import EVAL, REPO
 from .openai_server import FakeOpenAI, Reply
+from .test_search_budget import items, pages
 
 openai_server = fake.openai_server
 QA = [EVAL / "hotpotqa-distractor-sample" / "qa.jsonl", EVAL / "musique-sample" / "qa.jsonl"]
 pytestmark = pytest.mark.skipif(not all(p.is_file() for p in QA), reason="eval data not found")
 COUNTER = get_counter("cl100k_base")
 STRATEGIES = ("fact_centric", "chunk_filtering", "summarization")
-
-
-def items(path: Path, n: int, start: int = 0) -> list[dict[str, Any]]:
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return rows[start:start + n]
-
-
-def pages(item: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(f"https://en.wikipedia.org/wiki/{c['title'].replace(' ', '_')}", f"{c['title']}\n{c['text']}")
-            for c in item["contexts"]]
 
 
 def two_batches(compacter: ContextCompacter, item: dict[str, Any]) -> None:

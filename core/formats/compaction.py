@@ -164,3 +164,15 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
     return {"head": list(plan.head), "tail": list(plan.tail), "dropped": list(plan.dropped),
             "summary_tokens": plan.summary_tokens, "original_tokens": plan.original_tokens,
             "unchanged": plan.unchanged, "notes": list(plan.notes)}
+
+
+def same_turn(original: Mapping[str, Any], kept: Mapping[str, Any]) -> bool:
+    """Whether a message of a compaction stands for `original` (dicts in the chat format): the same
+    role, the same tool calls (by id) and the same call answered. Its text may differ where a tier
+    changed it; the adapters that map a compaction back to their own objects check that part."""
+    def call_ids(message: Mapping[str, Any]) -> list[Any]:
+        return [c.get("id") for c in message.get("tool_calls") or ()]
+
+    return (original.get("role") == kept.get("role")
+            and original.get("tool_call_id") == kept.get("tool_call_id")
+            and call_ids(original) == call_ids(kept))

@@ -59,6 +59,7 @@ from compactor.apps.tools import EXPAND_TOOL, EXPAND_TOOL_NAME
 from compactor.document import Context, Segment, Source
 from compactor.errors import CompactorError
 from compactor.formats.clearing import REDUCED_MARK, STUB_MARK
+from compactor.formats.compaction import same_turn
 from compactor.formats.messages import TOKENS_PER_REPLY, read_messages, to_dict
 from compactor.store import Batch, open_store
 
@@ -482,12 +483,7 @@ def _lines_up(original: dict[str, Any], kept: dict[str, Any], excerpt: bool) -> 
     """Whether a kept message of a compaction is `original`: its role, its calls and the call it
     answers; its text too, unless a tier changed it (a stub, a reduction, a summary's restored
     original) or it is a system message sent as an excerpt."""
-    def calls(message: dict[str, Any]) -> list[Any]:
-        return [c.get("id") for c in message.get("tool_calls") or ()]
-
-    if original.get("role") != kept.get("role") or original.get("tool_call_id") != kept.get("tool_call_id"):
-        return False
-    if calls(original) != calls(kept):
+    if not same_turn(original, kept):
         return False
     old, new = original.get("content"), kept.get("content")
     return old == new or excerpt or _tiered(old) or _tiered(new)

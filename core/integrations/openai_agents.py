@@ -53,6 +53,7 @@ from compactor.apps.pins import pin_slots
 from compactor.apps.tools import EXPAND_TOOL, EXPAND_TOOL_NAME, handle_expand_call
 from compactor.errors import CompactorError
 from compactor.formats.clearing import REDUCED_MARK, STUB_MARK
+from compactor.formats.compaction import same_turn
 from compactor.store import Batch, ChunkStore
 
 #: Responses item types that call a tool, answered by an item of the paired type with the same call id.
@@ -336,12 +337,7 @@ def _from_compaction(items: Sequence[dict[str, Any]], owners: Sequence[Sequence[
 def _same_message(original: dict[str, Any], kept: dict[str, Any]) -> bool:
     """Whether a kept message of a compaction is `original` (its role, its calls and the output it
     answers; its text too, unless a cheap tier changed it or a summary restored it)."""
-    def calls(message: dict[str, Any]) -> list[Any]:
-        return [c.get("id") for c in message.get("tool_calls") or ()]
-
-    if original.get("role") != kept.get("role") or original.get("tool_call_id") != kept.get("tool_call_id"):
-        return False
-    if calls(original) != calls(kept):
+    if not same_turn(original, kept):
         return False
     same_text = (original.get("content") or "") == (kept.get("content") or "")
     return same_text or _tier_change(original, kept) is not None
