@@ -497,6 +497,49 @@ def test_an_unreachable_llm_keeps_the_rule_report(openai_server: FakeOpenAI) -> 
         session.report(llm="gpt")
 
 
+def _fact_reply(request: Any) -> Reply:
+    """A model that answers the battery topic with one real sentence, invents a price for the
+    charging topic and fails on the grid topic."""
+    chunks = dict(re.findall(r"(?m)^\[([^\]\s]+)\] (.+)$", request.prompt))
+    for chunk_id, text in chunks.items():
+        if "CATL" in text:
+            return Reply(content=json.dumps([{"fact": "CATL started sodium-ion production in 2023.",
+                                              "chunk_ids": [chunk_id]}]))
+        if "Ionity" in text:
+            return Reply(content=json.dumps([{"fact": "Ionity charges cost $987 per session.",
+                                              "chunk_ids": [chunk_id]}]))
+    return Reply(status=500)
+
+
+def test_topic_compression_by_a_guarded_llm_keeps_the_rules_for_refused_topics(
+        openai_server: FakeOpenAI) -> None:
+    openai_server.respond = _fact_reply
+    session = research(topic_llm=_llm(openai_server))
+    battery, charging, grid = (e["facts"] for e in session.search_results)
+    assert [f["text"] for f in battery] == ["CATL started sodium-ion production in 2023."]
+    assert session.search_results[0]["useful_webpages"] == ["https://ex.com/sodium"]
+    assert any("630,000" in f["text"] for f in charging)  # the invented price was refused
+    assert any("60%" in f["text"] for f in grid)  # the endpoint failed: the rules stand
+    report = session.report()
+    assert "987" not in report and "CATL started sodium-ion production" in report
+    assert unresolved_footnotes(report) == [] and len(openai_server.requests) == 3
+    rules = research()
+    assert [f["text"] for f in rules.search_results[1]["facts"]] == [f["text"] for f in charging]
+
+
+@pytest.mark.parametrize("strategy", ["chunk_filtering", "summarization"])
+def test_every_strategy_gives_each_topic_cited_findings(strategy: str) -> None:
+    session = research(strategy=strategy)
+    report = session.report()
+    sections = sections_of(report)
+    assert list(sections) == list(TOPICS) and "No finding was kept" not in report
+    assert "$139 per kWh" in sections["EV battery prices"]
+    assert "630,000" in sections["charging networks in Europe"]
+    assert unresolved_footnotes(report) == [] and report.footnotes
+    assert set(report.footnotes.values()) <= {u for pages in TOPICS.values() for u, _, _ in pages}
+    assert "https://ex.com/recipes" not in session.search_results[0]["useful_webpages"]
+
+
 # -- the LangChain agent example ---------------------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from compactor.apps.common import llm_mapping
 from compactor.config import PipelineSpec, load_spec
 from compactor.document import Budget, Chunk, Context, Fact, Source, chunk_id, content_hash
 from compactor.errors import ConfigError, InputError, Problem, StoreConflict
@@ -55,19 +56,23 @@ strategy_name = strategy_name_of  # the name earlier releases exported
 
 
 def pipeline_with_strategy(pipeline: str | Pipeline, strategy: str | None,
-                           plugins: Iterable[Any] = ()) -> Pipeline:
+                           plugins: Iterable[Any] = (), *, llm: bool = False) -> Pipeline:
     """The pipeline (a name or file), with its strategy step (the step that provides `Knowledge`)
-    switched to `strategy` when given; every other step keeps its place in the file."""
+    switched to `strategy` when given, and asking the model first when `llm`; every other step
+    keeps its place in the file."""
     if isinstance(pipeline, Pipeline):
-        if strategy is None:
+        if strategy is None and not llm:
             return pipeline
-        raise ConfigError("pass a pipeline name or file (not a Pipeline) to switch its strategy")
+        raise ConfigError("pass a pipeline name or file (not a Pipeline) to switch its strategy or "
+                          "turn on its LLM extraction")
     text, label = read_pipeline_text(pipeline)
-    if strategy is None:
+    if strategy is None and not llm:
         return Pipeline.from_string(text, file=label, plugins=plugins)
     registry = build_registry(plugins=plugins)
     spec = load_spec(text, label, registry, None, pipeline_folder(label))
-    return Pipeline(_with_strategy(spec, registry, strategy_name_of(strategy)), registry)
+    if strategy is not None:
+        spec = _with_strategy(spec, registry, strategy_name_of(strategy))
+    return Pipeline(_with_llm(spec) if llm else spec, registry)
 
 
 def _with_strategy(spec: PipelineSpec, registry: Registry, strategy: str) -> PipelineSpec:
@@ -88,6 +93,24 @@ def _with_strategy(spec: PipelineSpec, registry: Registry, strategy: str) -> Pip
     label = step.label if step.label != info.name else target.name
     switched = replace(step, label=label, components=((target, params),))
     return replace(spec, steps=tuple(switched if s is step else s for s in spec.steps))
+
+
+def _with_llm(spec: PipelineSpec) -> PipelineSpec:
+    """`spec` with its strategy step asking the model first (`llm: true`); the step's guard keeps
+    the rule result for any reply it refuses."""
+    step, info = spec.providers(Knowledge)[0]
+    ((component, params),) = step.components
+    if "llm" not in {p.name for p in component.cls.parameters()}:
+        raise ConfigError(Problem(f"strategy {info.name!r} has no LLM path", spec.file, field="llm"))
+    switched = replace(step, components=((component, {**params, "llm": True}),))
+    return replace(spec, steps=tuple(switched if s is step else s for s in spec.steps))
+
+
+def _first(value: Any) -> float:
+    """A stored chunk score (a number or a list whose first item is the relevance) as a float."""
+    if isinstance(value, list | tuple):
+        value = value[0] if value else 0.0
+    return float(value or 0.0)
 
 
 def _short(info: ComponentInfo) -> str:
@@ -153,14 +176,16 @@ class ContextCompacter:
                  store: str | ChunkStore | None = None, session: str | None = None,
                  pipeline: str | Pipeline = "deep-search", query: str | None = None,
                  budget: int | None = None, plugins: Iterable[Any] = (),
-                 strategy_name: str | None = None) -> None:
+                 strategy_name: str | None = None, llm: Any = None) -> None:
         if strategy_name is not None:  # the seed's name for the same argument
             if strategy not in (None, "fact_centric") and strategy_name_of(strategy) != strategy_name_of(
                     strategy_name):
                 raise ConfigError(Problem(f"strategy {strategy!r} and strategy_name {strategy_name!r} "
                                           "disagree; pass one", field="strategy_name"))
             strategy = strategy_name
-        self.pipeline = pipeline_with_strategy(pipeline, strategy, plugins)
+        #: LLM settings for the strategy's guarded extraction (None: the pipeline file decides).
+        self.llm = llm_mapping(llm)
+        self.pipeline = pipeline_with_strategy(pipeline, strategy, plugins, llm=self.llm is not None)
         self.strategy = _strategy_of(self.pipeline)
         configured = self.pipeline.spec.store
         self.store = open_store(store if store is not None else configured.get("path"))
@@ -221,6 +246,27 @@ class ContextCompacter:
         return [Fact(id=str(r["id"]), text=str(r["text"]), chunk_ids=tuple(r["chunk_ids"]))
                 for r in self.store.knowledge(self.session, "summary_sentences", [])]
 
+    def findings(self) -> list[Fact]:
+        """What the session kept, as Facts best first, whatever the strategy: the facts (A), the
+        kept chunks verbatim, most relevant first (B), the summary's sentences with the
+        chunks they came from (C). Each carries its page's URL, so a report can cite it."""
+        if self.strategy == "fact_centric":
+            return sorted(self.facts, key=lambda f: -f.score)
+        urls = {s.id: s.url for s in self.store.sources(self.session)}
+        if self.strategy == "chunk_filtering":
+            ids = self.chunk_ids
+            scores = self.store.knowledge(self.session, "chunk_scores") or {}
+            chunks = self.store.chunks(ids)
+            ranked = sorted((chunks[i] for i in ids if i in chunks), key=lambda c: -_first(scores.get(c.id)))
+            return [Fact(id=c.id, text=c.text, chunk_ids=(c.id,), source_url=urls.get(c.source_id),
+                         score=_first(scores.get(c.id)), span=(c.source_id, c.start, c.end)) for c in ranked]
+        sentences = self.summary_sentences
+        sources = {c.id: c.source_id for c in self.store.chunks(
+            [i for f in sentences for i in f.chunk_ids]).values()}
+        count = len(sentences)
+        return [replace(f, source_url=next((urls.get(sources[i]) for i in f.chunk_ids if i in sources), None),
+                        score=(count - k) / count) for k, f in enumerate(sentences)]
+
     @property
     def knowledge_base(self) -> list[Fact] | list[str] | str:
         """The compressed knowledge, shaped by the strategy: every fact (A), every relevant chunk id
@@ -272,7 +318,8 @@ class ContextCompacter:
                              if self.store.knowledge(self.session, k) is not None})
         context = Context(sources=tuple(sources), facts=tuple(self.facts), query=query, budget=budget,
                           state=State([known]))
-        result = self.pipeline.run(context, store=self.store, session=self.session) if sources else context
+        result = (self.pipeline.run(context, store=self.store, session=self.session, llm=self.llm)
+                  if sources else context)
         details = {r.step: dict(r.details) for r in result.reports}
         knowledge: dict[str, Any] = {"strategy": self.strategy}
         learned = result.state.get(Knowledge, known)

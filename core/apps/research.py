@@ -112,8 +112,11 @@ class ResearchSession:
                  pipeline: str | Pipeline = "deep-search", plugins: Iterable[Any] = (),
                  keep_user_messages: bool = True, search: SearchProvider | None = None,
                  max_results: int = 5, fetch: Fetcher | None = None, fetch_workers: int = 8,
-                 fetch_timeout: float | None = 30.0) -> None:
+                 fetch_timeout: float | None = 30.0, topic_llm: Any = None) -> None:
         self.store = open_store(store)
+        #: LLM settings for each topic's compression (the strategy's guarded extraction; the rule
+        #: result stands for every reply the guard refuses). None: rules only.
+        self.topic_llm = llm_mapping(topic_llm)
         self.fetch = fetch
         self.fetch_workers = fetch_workers
         self.fetch_timeout = fetch_timeout
@@ -330,17 +333,17 @@ class ResearchSession:
 
     def _compress(self, pages: list[dict[str, Any]], topic: str | None,
                   session: str) -> tuple[str, list[Fact], list[str]]:
-        """A topic's pages compressed by the session's strategy: the checklist text, the facts best
-        first, and the URLs of the pages that gave a fact in the order given (all of them when the
-        strategy keeps no facts)."""
+        """A topic's pages compressed by the session's strategy: the checklist text, the findings
+        best first (facts, kept chunks or summary sentences), and the URLs of the pages that gave
+        a finding in the order given (all of them when nothing was kept)."""
         compressed, facts = "", []
         if pages:
             compacter = ContextCompacter(self.strategy, store=self.store, pipeline=self.pipeline,
-                                         plugins=self.plugins, query=topic or self.query, session=session)
+                                         plugins=self.plugins, query=topic or self.query, session=session,
+                                         llm=self.topic_llm)
             compacter.process_search_results(pages)
             compressed = compacter.checklist_text()
-            if compacter.strategy == "fact_centric":
-                facts = sorted(compacter.facts, key=lambda f: -f.score)
+            facts = compacter.findings()
         contributing = {f.source_url for f in facts}
         urls = [p["url"] for p in pages if p.get("url") and (not facts or p["url"] in contributing)]
         return compressed, facts, urls
