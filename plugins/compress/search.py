@@ -107,8 +107,9 @@ class FactCentric(Component):
 
     A batch's facts are its sentences whose relevance (`facts.scored_sentences`) is at least
     `threshold` times the batch's best and at least `min_score`: a relevance bar, not a count, so
-    a batch with two relevant sentences gives two facts and a rich one gives many (at most the
-    budget's `max_tokens` of fact text per batch). All of them stay in the knowledge base, and their
+    a batch with two relevant sentences gives two facts and a rich one gives many (`max_facts`
+    caps the count). The budget bounds what is shown, not what is known: all of them stay in the
+    knowledge base, and their
     chunks (with their neighbours) make the report context; the checklist shows the best-scored
     facts within the session's checklist budget: `share` of each batch's input tokens (at least
     `min_tokens`, within the pipeline budget), summed over the batches and capped at the budget's
@@ -149,7 +150,7 @@ class FactCentric(Component):
             ranked = fx.scored_sentences(chunks, context.query, run.counter, titles=_titles(context),
                                          anchors=anchors)
             new = fx.keep_facts(ranked, urls, threshold=self.threshold, floor=self.min_score,
-                                max_tokens=context.budget.max_tokens, max_facts=self.max_facts)
+                                max_tokens=None, max_facts=self.max_facts)
             run.note("extraction", "rules")
         else:
             run.note("extraction", "llm")
