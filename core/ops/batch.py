@@ -100,8 +100,9 @@ def id_key(value: Any) -> str:
 def done_ids(out: Path) -> set[str]:
     """Keys (`id_key`) of the ids already written to `out`. Only a torn last line (a crash in the
     middle of a write) is cut off; anything else that is not a result line is an error, so a wrong
-    `--out` (the corpus itself, another tool's file) is never truncated."""
-    if not out.exists():
+    `--out` (the corpus itself, another tool's file) is never truncated. Only a regular file is
+    read: a FIFO or a device (/dev/null) has no earlier results, and reading it would block."""
+    if not out.is_file():
         return set()
     ids: set[str] = set()
     with out.open("rb+") as handle:
@@ -394,6 +395,8 @@ def _lock(sink: TextIO, out: Path) -> None:
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not POSIX
+        return
+    if not out.is_file():  # a FIFO or a device: whoever reads it sees one stream, nothing to guard
         return
     try:
         # a POSIX record lock: unlike flock, pool workers forked later do not inherit it, so a

@@ -9,6 +9,7 @@ import argparse
 import json
 import logging
 import os
+import stat
 import sys
 import tempfile
 import traceback
@@ -343,15 +344,40 @@ def report_dict(context: Context) -> dict[str, object]:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same folder and rename: never a half-written file."""
+    """Write an output file without ever leaving it half-written, and without breaking what the user
+    pointed at: a new file or a regular file with one link is written to a temporary file beside it
+    and renamed over it; anything else (a device such as /dev/null, a FIFO, a file with several hard
+    links) is written straight into, so /dev/null and pipes work and hard links stay linked."""
     path = path.resolve()
     if not path.parent.is_dir():
         raise ConfigError(f"cannot write {path}: the folder {path.parent} does not exist")
-    if path.is_dir():
-        raise ConfigError(f"cannot write {path}: it is a folder")
-    try:  # a replaced file keeps its mode; a new one gets the umask's (mkstemp would give 0600)
-        mode = path.stat().st_mode & 0o7777
+    try:
+        info: os.stat_result | None = path.stat()
     except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"cannot write {path}: it is a folder")
+    if info is not None and not (stat.S_ISREG(info.st_mode) and info.st_nlink == 1):
+        _write_into(path, text)
+    else:
+        _write_replacing(path, text, None if info is None else info.st_mode & 0o7777)
+
+
+def _write_into(path: Path, text: str) -> None:
+    """Open the existing file for writing and write: the file itself stays (a FIFO blocks until
+    someone reads it, as a shell redirection would)."""
+    try:
+        with path.open("w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _write_replacing(path: Path, text: str, mode: int | None) -> None:
+    """A temporary file in the same folder renamed over `path`: readers see the old or the new text."""
+    if mode is None:  # a new file gets the umask's mode (mkstemp would give 0600); a replaced one its own
         umask = os.umask(0)
         os.umask(umask)
         mode = 0o666 & ~umask
