@@ -81,17 +81,21 @@ def parse_condition(source: str) -> Condition:
 
 
 def _fold(node: ast.expr) -> bool:
-    """Evaluate every name-free part of a condition once (raising when it is too large); returns
-    whether `node` itself is name-free."""
+    """Evaluate every largest name-free part of a condition once (raising when it is too large);
+    returns whether `node` itself is name-free. Each part is evaluated once, not once per
+    enclosing part, so a long chain of constants costs linear time."""
     if isinstance(node, ast.Constant):
         return True
     if isinstance(node, ast.Name | ast.Attribute):
         return (_dotted(node) or "") in _CONSTANT_NAMES
     children = [c for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr)]
-    constant = all([_fold(c) for c in children])
-    if constant and isinstance(node, ast.BinOp):
-        _eval(node, lambda _: None)
-    return constant
+    constant = [_fold(c) for c in children]
+    if all(constant):
+        return True
+    for child, fixed in zip(children, constant, strict=True):
+        if fixed and not isinstance(child, ast.Constant | ast.Name | ast.Attribute):
+            _eval(child, lambda _: None)
+    return False
 
 
 def _dotted(node: ast.expr) -> str | None:
@@ -136,66 +140,113 @@ def _check(node: ast.expr, names: list[str]) -> None:
 
 
 def _eval(node: ast.expr, lookup: Callable[[str], Any]) -> Any:
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Name | ast.Attribute):
-        dotted = _dotted(node) or ""
-        return _CONSTANT_NAMES[dotted] if dotted in _CONSTANT_NAMES else lookup(dotted)
-    if isinstance(node, ast.BoolOp):
-        values = (_eval(v, lookup) for v in node.values)
-        return all(values) if isinstance(node.op, ast.And) else any(values)
-    if isinstance(node, ast.UnaryOp):
-        value = _eval(node.operand, lookup)
-        if isinstance(node.op, ast.Not):
-            return not value
-        return _safe(lambda: -value if isinstance(node.op, ast.USub) else +value)
-    if isinstance(node, ast.Compare):
-        left = _eval(node.left, lookup)
+    return _Evaluation(lookup).value(node)[0]
+
+
+class _Evaluation:
+    """One evaluation, tracking the size of every value it computes.
+
+    A value's size counts nested items and string characters, so a repeated list of lists is as
+    large as its expansion: comparing `[[[1]*99]*99]*99` with an equal copy walks all 99^3 items,
+    although the repetition itself only copies 99 references. Bounding sizes bounds the work."""
+
+    def __init__(self, lookup: Callable[[str], Any]) -> None:
+        self.lookup = lookup
+
+    def value(self, node: ast.expr) -> tuple[Any, int]:
+        """The value of `node` and its size (nested items and characters)."""
+        if isinstance(node, ast.Constant):
+            return node.value, _size(node.value)
+        if isinstance(node, ast.Name | ast.Attribute):
+            dotted = _dotted(node) or ""
+            if dotted in _CONSTANT_NAMES:
+                return _CONSTANT_NAMES[dotted], 1
+            found = self.lookup(dotted)
+            return found, _size(found)
+        if isinstance(node, ast.BoolOp):
+            values = (self.value(v)[0] for v in node.values)
+            return (all(values) if isinstance(node.op, ast.And) else any(values)), 1
+        if isinstance(node, ast.UnaryOp):
+            operand, size = self.value(node.operand)
+            if isinstance(node.op, ast.Not):
+                return not operand, 1
+            return _safe(lambda: -operand if isinstance(node.op, ast.USub) else +operand), size
+        if isinstance(node, ast.Compare):
+            return self._compare(node), 1
+        if isinstance(node, ast.BinOp):
+            left, right = self.value(node.left), self.value(node.right)
+            size = _bounded(node, left, right)
+            return _safe(lambda: _ARITH[type(node.op)](left[0], right[0])), size
+        if isinstance(node, ast.List | ast.Tuple):
+            items = [self.value(e) for e in node.elts]
+            size = 1 + sum(s for _, s in items)
+            if size > MAX_SEQUENCE:
+                raise _too_large(node, MAX_SEQUENCE)
+            return [v for v, _ in items], size
+        raise ConditionError(f"unexpected {ast.unparse(node)!r}")  # unreachable after _check
+
+    def _compare(self, node: ast.Compare) -> bool:
+        left = self.value(node.left)[0]
         for op, right_node in zip(node.ops, node.comparators, strict=True):
-            right = _eval(right_node, lookup)
+            right = self.value(right_node)[0]
             compare = _COMPARE[type(op)]
             if not _safe(functools.partial(compare, left, right)):
                 return False
             left = right
         return True
-    if isinstance(node, ast.BinOp):
-        left, right = _eval(node.left, lookup), _eval(node.right, lookup)
-        _bounded(node, left, right)
-        return _safe(lambda: _ARITH[type(node.op)](left, right))
-    if isinstance(node, ast.List | ast.Tuple):
-        return [_eval(e, lookup) for e in node.elts]
-    raise ConditionError(f"unexpected {ast.unparse(node)!r}")  # unreachable after _check
 
 
-def _size(value: Any) -> int:
-    if isinstance(value, str | list | tuple):
-        return len(value)
+def _size(value: Any, cap: int = MAX_SEQUENCE) -> int:
+    """Nested items plus string characters of `value`, counted up to a little past `cap` (a
+    looked-up value may be large; walking it all to learn that would cost as much as using it)."""
+    if isinstance(value, str):
+        return max(len(value), 1)
+    if not isinstance(value, list | tuple):
+        return 1
+    total = 1
+    for item in value:
+        total += _size(item, cap - total) if isinstance(item, str | list | tuple) else 1
+        if total > cap:
+            break
+    return total
+
+
+def _digits(value: Any) -> int:
+    """About the decimal digits of an int (0 for anything else)."""
     if isinstance(value, bool) or not isinstance(value, int):
         return 0
-    return value.bit_length() * 3 // 10  # about its decimal digits
+    return value.bit_length() * 3 // 10
 
 
-def _bounded(node: ast.BinOp, left: Any, right: Any) -> None:
-    """Refuse an operation whose result would be too large, before computing it."""
-    big = (MAX_SEQUENCE, MAX_SEQUENCE)
+def _too_large(node: ast.expr, limit: int) -> ConditionError:
+    return ConditionError(f"{ast.unparse(node)[:60]!r} gives a value too large for a condition "
+                          f"(more than {limit:,} characters, items or digits)")
+
+
+def _bounded(node: ast.BinOp, left: tuple[Any, int], right: tuple[Any, int]) -> int:
+    """The size of the operation's result, refusing, before computing it, a result too large or
+    a repetition of a list that holds lists (its size hides in shared references)."""
+    (a, a_size), (b, b_size) = left, right
     if isinstance(node.op, ast.Mult):
-        sizes = [_size(left), _size(right)]
-        if isinstance(left, str | list | tuple) and isinstance(right, int):
-            result = len(left) * max(right, 0)
-        elif isinstance(right, str | list | tuple) and isinstance(left, int):
-            result = len(right) * max(left, 0)
-        elif isinstance(left, int) and isinstance(right, int):
-            result = sum(sizes)
-            big = (MAX_NUMBER_DIGITS * 2, MAX_NUMBER_DIGITS * 2)
-        else:
-            return
-    elif isinstance(node.op, ast.Add):
-        result = _size(left) + _size(right)
-    else:
-        return
-    if result > big[0]:
-        raise ConditionError(f"{ast.unparse(node)[:60]!r} gives a value too large for a condition "
-                             f"(more than {big[1]:,} characters, items or digits)")
+        if isinstance(b, str | list | tuple) and isinstance(a, int):
+            (a, a_size), (b, b_size) = right, left
+        if isinstance(a, str | list | tuple) and isinstance(b, int):
+            if isinstance(a, list | tuple) and b > 1 and any(isinstance(x, list | tuple) for x in a):
+                raise ConditionError(f"{ast.unparse(node)[:60]!r} repeats a list of lists; a "
+                                     "condition may only repeat strings and lists of plain values")
+            size = (a_size - 1) * max(b, 0) + 1 if isinstance(a, list | tuple) else a_size * max(b, 0)
+            if size > MAX_SEQUENCE:
+                raise _too_large(node, MAX_SEQUENCE)
+            return max(size, 1)
+        if isinstance(a, int) and isinstance(b, int) and _digits(a) + _digits(b) > MAX_NUMBER_DIGITS * 2:
+            raise _too_large(node, MAX_NUMBER_DIGITS * 2)
+        return 1
+    if isinstance(node.op, ast.Add) and isinstance(a, str | list | tuple):
+        size = a_size + b_size
+        if size > MAX_SEQUENCE:
+            raise _too_large(node, MAX_SEQUENCE)
+        return size
+    return 1
 
 
 def _safe(compute: Callable[[], Any]) -> Any:

@@ -188,6 +188,26 @@ def _coerce_numbers(value: Any, hint: Any) -> Any:
     return value
 
 
+#: Parts of a field name that mark its value as a credential, never to be repeated in a message.
+_SECRET_PARTS = frozenset({"key", "apikey", "token", "secret", "password", "passwd", "passphrase",
+                           "credential", "credentials", "auth", "authorization", "bearer"})
+
+
+def is_secret_field(name: str) -> bool:
+    """Whether a field holds a credential (`api_key`, `access_token`, `client_secret`, ...): its
+    value stays out of error messages, which end up in logs and CI output."""
+    parts = regex.split(r"[_\-.\s]+|(?<=[a-z])(?=[A-Z])", str(name))
+    return any(part.lower() in _SECRET_PARTS for part in parts)
+
+
+def _shown(name: str, value: Any) -> str:
+    """A wrongly typed value as an error message shows it: its type, and the value itself unless the
+    field holds a credential."""
+    kind = type(value).__name__
+    return f"{kind} (value not shown: {name} holds a credential)" if is_secret_field(name) \
+        else f"{kind} {value!r}"
+
+
 def _section(marked: Marked, key: str, problems: list[Problem]) -> dict[str, Any]:
     schema = _SECTIONS[key]
     raw = marked.data.get(key)
@@ -205,7 +225,7 @@ def _section(marked: Marked, key: str, problems: list[Problem]) -> dict[str, Any
         hint, _, check = schema[name]
         if not check_type(value, hint):
             problems.append(marked.problem((key, name), f"expected {type_name(hint)}, "
-                                           f"got {type(value).__name__} {value!r}"))
+                                           f"got {_shown(name, value)}"))
             continue
         if check is not None and value is not None and (message := check(value)):
             problems.append(marked.problem((key, name), message))
@@ -281,7 +301,7 @@ def _check_params(
             continue
         if not check_type(value, param.annotation):
             problems.append(marked.problem((*base, key), f"{info.name} expects {param.type_name}, "
-                                           f"got {type(value).__name__} {value!r}"))
+                                           f"got {_shown(key, value)}"))
             continue
         if _names_data_path(param.annotation) and isinstance(value, str):
             resolved, why = resolve_data_path(value, marked.folder)
@@ -330,6 +350,27 @@ def resolve_data_path(value: str, folder: pathlib.Path) -> tuple[str, str | None
     return str(target), None
 
 
+def resolve_store_path(value: str, folder: pathlib.Path) -> tuple[str, str | None]:
+    """A pipeline's `store.path` as an absolute path inside the pipeline's folder, or why it is
+    refused: as with data files, a pipeline from someone else must not choose which file on the
+    machine is written to. The file itself need not exist yet (opening creates it)."""
+    if value == ":memory:":
+        return value, None
+    given = pathlib.PurePath(value)
+    if not value.strip():
+        return value, "a store path must not be empty (leave store.path out for a store in memory)"
+    if given.is_absolute() or value.startswith("~"):
+        return value, (f"store {value!r} must be a relative path (inside the pipeline's folder); "
+                       "give an absolute path with --store instead")
+    if ".." in given.parts:
+        return value, f"store {value!r} must not leave the pipeline's folder ('..')"
+    root = folder.resolve()
+    target = (root / given).resolve()  # follows symlinks: a link out of the folder is refused
+    if not target.is_relative_to(root):
+        return value, f"store {value!r} resolves outside the pipeline's folder ({target})"
+    return str(target), None
+
+
 def validate(marked: Marked, registry: Registry) -> PipelineSpec:
     """Passes 2 and 3: every problem at once as a ConfigError, else the resolved spec."""
     data = marked.data
@@ -352,6 +393,12 @@ def validate(marked: Marked, registry: Registry) -> PipelineSpec:
             value = None
         texts[key] = value
     sections = {key: _section(marked, key, problems) for key in _SECTIONS}
+    store_path = sections["store"]["path"]
+    if isinstance(store_path, str):
+        resolved, why = resolve_store_path(store_path, marked.folder)
+        if why:
+            problems.append(marked.problem(("store", "path"), why))
+        sections["store"]["path"] = resolved
 
     steps_raw = data.get("steps")
     steps: list[StepSpec] = []

@@ -128,9 +128,11 @@ class _Walk:
         marks, file, loader = self.marks, self.file, self.loader
         marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
         if isinstance(node, yaml.MappingNode):
-            out: dict[Any, Any] = {}
+            out: dict[Any, Any] = self._merged(node, path)
             seen: dict[Any, int] = {}
             for key_node, value_node in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue
                 if not isinstance(key_node, yaml.ScalarNode):
                     self.problems.append(_at(key_node, file, path, "mapping keys must be plain scalars"))
                     continue
@@ -153,6 +155,30 @@ class _Walk:
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
         return loader.construct_object(node, deep=True)
+
+
+    def _merged(self, node: yaml.MappingNode, path: Path) -> dict[Any, Any]:
+        """The keys a mapping takes from its merge keys (`<<: *defaults`, `<<: [*a, *b]`), as PyYAML
+        resolves them: the mapping's own keys override merged ones, and of several merged mappings
+        the earlier wins. Merged values keep the positions of where they were written."""
+        out: dict[Any, Any] = {}
+        own_mark = self.marks[path]
+        for key_node, value_node in node.value:
+            if key_node.tag != _MERGE_TAG:
+                continue
+            sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+            for source in sources:
+                if not isinstance(source, yaml.MappingNode):
+                    self.problems.append(_at(source, self.file, path, "a merge key (<<) takes a "
+                                             "mapping or a list of mappings"))
+                    continue
+                for key, value in self.build(source, path).items():
+                    out.setdefault(key, value)
+        self.marks[path] = own_mark  # building a merged mapping marked its place at this path
+        return out
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 def _at(node: yaml.Node, file: str, path: Path, message: str) -> Problem:
