@@ -19,18 +19,24 @@ server with the same `--store` still expands them. Bad arguments come back as to
 import argparse
 import contextlib
 import importlib.resources
+import io
+import json
 import os
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
-from typing import Annotated, Any, Literal
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Annotated, Any, BinaryIO, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 try:
+    import anyio
+    import mcp_types
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.stdio import stdio_server
+    from mcp.shared.message import SessionMessage
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError("compactor's MCP server needs the mcp package: pip install 'compactor[mcp]'") from exc
 
@@ -315,6 +321,103 @@ def build_server(store: ChunkStore) -> MCPServer:
     return server
 
 
+# -- stdio: every line gets an answer ------------------------------------------------------------
+
+_NOT_JSON = object()
+
+
+def rejections(line: str, error: Exception) -> list[mcp_types.JSONRPCError]:
+    """The JSON-RPC errors answering a line the SDK cannot read as one message: -32700 for text
+    that is not JSON (a lone surrogate escape, nesting too deep), -32600 for JSON that is not a
+    JSON-RPC message, one per id of a batch (MCP has no batches). The id is the line's own when
+    it can be read, so a client waiting on it stops waiting; null otherwise."""
+    try:
+        data: Any = json.loads(line)
+    except (ValueError, RecursionError):
+        data = _NOT_JSON
+    if data is _NOT_JSON or (isinstance(error, ValidationError)
+                             and any(e["type"] == "json_invalid" for e in error.errors())):
+        return [_error(_id_of(data), mcp_types.PARSE_ERROR, f"parse error: {_first_error(error)}")]
+    if isinstance(data, list):
+        message = "batches are not supported: send one JSON-RPC message per line"
+        ids = [_id_of(item) for item in data]
+        return [_error(i, mcp_types.INVALID_REQUEST, message) for i in ids if i is not None] or [
+            _error(None, mcp_types.INVALID_REQUEST, message)]
+    return [_error(_id_of(data), mcp_types.INVALID_REQUEST,
+                   f"invalid request: not a JSON-RPC 2.0 message ({_first_error(error)})")]
+
+
+def _id_of(data: Any) -> str | int | None:
+    found = data.get("id") if isinstance(data, dict) else None
+    return found if isinstance(found, str | int) and not isinstance(found, bool) else None
+
+
+def _first_error(error: Exception) -> str:
+    if isinstance(error, ValidationError) and error.errors():
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return (f"{where}: {first['msg']}" if where else first["msg"])[:200]
+    return str(error)[:200] or type(error).__name__
+
+
+def _error(request_id: str | int | None, code: int, message: str) -> mcp_types.JSONRPCError:
+    return mcp_types.JSONRPCError(jsonrpc="2.0", id=request_id,
+                                  error=mcp_types.ErrorData(code=code, message=message))
+
+
+class CheckedLines:
+    """The server's input lines, each read as the SDK will read it: a line that is not one
+    JSON-RPC message is answered with an error (through `reply`) instead of being passed on,
+    because the SDK drops such a line without a reply and the client would wait forever."""
+
+    def __init__(self, lines: Any, reply: Callable[[mcp_types.JSONRPCError], Awaitable[None]] | None = None
+                 ) -> None:
+        self.lines = lines
+        self.reply = reply
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        async for line in self.lines:
+            try:
+                mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+            except (ValidationError, ValueError, RecursionError) as exc:
+                if self.reply is not None:
+                    for answer in rejections(line, exc):
+                        await self.reply(answer)
+                continue
+            yield line
+
+
+@contextlib.contextmanager
+def _wire_stdin() -> Iterator[BinaryIO]:
+    """The process's stdin for the server alone: fd 0 points at the null device meanwhile (as the
+    SDK does), so a handler or child process reading stdin cannot steal the client's lines."""
+    try:
+        wire = os.dup(0)
+        quiet = os.open(os.devnull, os.O_RDONLY)
+    except OSError:  # no real descriptor 0: serve sys.stdin as is
+        yield sys.stdin.buffer
+        return
+    os.dup2(quiet, 0)
+    os.close(quiet)
+    try:
+        yield os.fdopen(wire, "rb", closefd=False)
+    finally:
+        os.dup2(wire, 0)  # the wire is never closed: a worker thread may still block reading it
+
+
+async def serve_stdio(server: MCPServer) -> None:
+    """`server.run("stdio")`, except that every line read gets an answer (see `CheckedLines`)."""
+    lowlevel = server._lowlevel_server  # private: MCPServer runs stdio only on its own input
+    with _wire_stdin() as wire:
+        lines = CheckedLines(anyio.wrap_file(io.TextIOWrapper(wire, encoding="utf-8", errors="replace")))
+        async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+            async def reply(error: mcp_types.JSONRPCError) -> None:
+                await write_stream.send(SessionMessage(error))
+
+            lines.reply = reply
+            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+
+
 def default_store_path(folder: str) -> str:
     """`$COMPACTOR_STORE`, else a store file in `folder`."""
     return os.environ.get("COMPACTOR_STORE") or os.path.join(folder, "compactor-mcp.sqlite")
@@ -337,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"compactor-mcp: {exc}", file=sys.stderr)
             return 2
         stack.callback(store.close)
-        build_server(store).run("stdio")
+        anyio.run(serve_stdio, build_server(store))
     return 0
 
 
