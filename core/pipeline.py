@@ -222,7 +222,13 @@ class Pipeline:
         """The resolved configuration with every default, as YAML."""
         import yaml
 
-        return yaml.safe_dump(self.spec.to_dict(), sort_keys=False, allow_unicode=True)
+        from compactor.llm.client import redact_url
+
+        config = self.spec.to_dict()
+        llm = config.get("llm") or {}
+        if llm.get("base_url"):  # a key inside the URL (user:key@host, ?api_key=) is not shown
+            config["llm"] = {**llm, "base_url": redact_url(str(llm["base_url"]))}
+        return yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
 
     # -- running ---------------------------------------------------------------------------
 

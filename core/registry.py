@@ -3,8 +3,9 @@
 Built-in plugins are the `compactor` distribution's own entry points and always load. Third-party
 entry points in the `compactor` group load too, unless `COMPACTOR_DISABLE_PLUGIN_AUTOLOAD=1`;
 `COMPACTOR_LOAD_PLUGINS=a,b` restricts them to those entry-point names (and loads them even when
-autoload is off). `COMPACTOR_TRACE_HOOKS=1` prints every hook call to stderr. A plugin that fails to
-import or register is recorded as broken and only fails pipelines that use its components.
+autoload is off). `COMPACTOR_TRACE_HOOKS=1` prints every hook call to stderr, credentials redacted.
+A plugin that fails to import or register is recorded as broken and only fails pipelines that use
+its components.
 """
 
 from __future__ import annotations
@@ -145,9 +146,20 @@ def build_registry(
 
     _collect_components(registry, origins)
     if _env_flag(env, "COMPACTOR_TRACE_HOOKS"):
-        pm.trace.root.setwriter(sys.stderr.write)
+        pm.trace.root.setwriter(_redacted_writer(env))
         pm.enable_tracing()
     return registry
+
+
+def _redacted_writer(env: Mapping[str, str]) -> Any:
+    """A hook-trace writer to stderr that never shows a credential: hook arguments carry the run's
+    LLM settings (an `api_key`, a `base_url` with a key in it), which are redacted first."""
+    from compactor.llm.client import redact_text
+
+    def write(text: str) -> None:
+        sys.stderr.write(redact_text(text, env=env))
+
+    return write
 
 
 def _own_version() -> str:

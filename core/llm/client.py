@@ -11,17 +11,22 @@ repr, a log line or an exception message: every text we produce from a failure i
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
+import functools
 import json
 import logging
 import os
 import random
+import re
+import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from compactor.errors import RETRYABLE, LLMError
 
@@ -30,8 +35,164 @@ log = logging.getLogger(__name__)
 Message = Mapping[str, Any]
 #: Used when an endpoint needs no key (local servers); the openai client insists on one.
 NO_KEY = "no-key"
+#: Where the openai client sends requests when neither the pipeline nor OPENAI_BASE_URL names a host:
+#: the one endpoint besides OPENAI_BASE_URL that the environment's OPENAI_API_KEY is meant for.
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+# -- credentials: which key goes where, and keeping keys out of everything shown ------------------
+
+#: Query parameters and mapping keys whose values are credentials.
+_SECRET_NAME = re.compile(r"key|token|secret|passw|pwd|sig|auth|credential|session", re.IGNORECASE)
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+#: `'api_key': 'sk-...'`, `api_key="..."`, `"token": "..."` in reprs, JSON and YAML-ish text.
+_SECRET_PAIR = re.compile(r"""(["']?[\w-]*(?:api[_-]?key|token|secret|password|passwd)["']?\s*[:=]\s*)"""
+                          r"""(["'])([^"'\n]+)\2""", re.IGNORECASE)
+_BEARER = re.compile(r"(\bBearer\s+)[A-Za-z0-9._~+/=-]+")
+#: Environment variables whose values are treated as secrets on stderr and in hook traces.
+_SECRET_ENV = re.compile(r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$", re.IGNORECASE)
+#: Keys seen in LLM settings in this process (literal or from `${VAR}`): never shown anywhere.
+_SECRETS: set[str] = set()
+_SECRETS_LOCK = threading.Lock()
+#: Endpoints already warned about a withheld key (one warning per endpoint and process).
+_WARNED: set[str] = set()
 
 
+def remember_secret(value: str | None) -> None:
+    """Add a credential to those `redact_text` removes from any text (keys shorter than 4
+    characters are not credentials worth a redaction that would mangle ordinary words)."""
+    if value and value != NO_KEY and len(value) >= 4:
+        with _SECRETS_LOCK:
+            _SECRETS.add(value)
+
+
+def redact_url(url: str) -> str:
+    """`url` with its userinfo (`user:key@`) and credential-like query values (`api_key=`, `token=`,
+    `sig=`...) replaced by `***`: the form in which an endpoint may be shown or logged."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "***"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    query = "&".join(_redact_param(p) for p in parts.query.split("&")) if parts.query else ""
+    fragment = "***" if parts.fragment and _SECRET_NAME.search(parts.fragment) else parts.fragment
+    return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+
+
+def _redact_param(param: str) -> str:
+    name, sep, value = param.partition("=")
+    return f"{name}=***" if sep and value and _SECRET_NAME.search(name) else param
+
+
+def _url_secrets(url: str | None) -> list[str]:
+    """The credentials inside a URL (userinfo parts, credential-like query values), as written."""
+    if not url:
+        return []
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return [url]
+    found = []
+    if "@" in parts.netloc:
+        userinfo = parts.netloc.rsplit("@", 1)[0]
+        found += [userinfo, *userinfo.split(":", 1)]
+    for param in parts.query.split("&"):
+        name, sep, value = param.partition("=")
+        if sep and value and _SECRET_NAME.search(name):
+            found.append(value)
+    return [f for f in found if len(f) >= 4]
+
+
+def env_secrets(env: Mapping[str, str] | None = None) -> list[str]:
+    """Values of environment variables named like credentials (OPENAI_API_KEY, MY_TOKEN, ...); short
+    values are left alone (a credential is long, and redacting a common word would garble text)."""
+    env = os.environ if env is None else env
+    return [v for k, v in env.items() if _SECRET_ENV.search(k) and len(v.strip()) >= 8]
+
+
+def redact_text(text: str, secrets: Iterable[str | None] = (), env: Mapping[str, str] | None = None) -> str:
+    """`text` as it may be shown: every URL's credentials, `api_key: '...'`-style values, bearer tokens,
+    the keys given and the keys of LLM settings seen so far replaced by `***`; with `env`, the values
+    of its credential-named variables too (`env_secrets`)."""
+    if not text:
+        return text
+    text = _URL.sub(lambda m: redact_url(m.group(0)), text)
+    text = _SECRET_PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}***{m.group(2)}", text)
+    text = _BEARER.sub(r"\1***", text)
+    with _SECRETS_LOCK:
+        known = set(_SECRETS)
+    known.update(s for s in secrets if s)
+    if env is not None:
+        known.update(env_secrets(env))
+    for secret in sorted(known - {NO_KEY}, key=len, reverse=True):  # longest first: no partial leftovers
+        text = text.replace(secret, "***")
+    return text
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of a URL, default ports filled in: what decides whether two base URLs
+    are the same server (userinfo and path do not)."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return ("", url, None)
+    scheme = parts.scheme.lower()
+    return (scheme, (parts.hostname or "").lower().rstrip("."),
+            port if port is not None else {"https": 443, "http": 80}.get(scheme))
+
+
+def same_endpoint(first: str, second: str) -> bool:
+    """Whether two base URLs reach the same server (scheme, host and port)."""
+    return _origin(first) == _origin(second)
+
+
+def key_source(values: Mapping[str, Any] | None, env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """Which key the settings in `values` (a pipeline's `llm:` section, perhaps with a run's
+    overrides) send, and to where: (source, endpoint). Source is "pipeline" (an `api_key` in the
+    values), "env" (OPENAI_API_KEY), "withheld" (OPENAI_API_KEY is set, but the values name another
+    endpoint than the one it is for) or "none".
+
+    The environment's key is meant for the endpoint the environment names (OPENAI_BASE_URL, else the
+    provider's default): a pipeline file naming another host must name its key too, so a shared
+    pipeline file cannot collect the keys of those who run it."""
+    values = values or {}
+    env = os.environ if env is None else env
+    env_endpoint = env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+    named = values.get("base_url")
+    endpoint = str(named) if named else env_endpoint
+    if values.get("api_key"):
+        return "pipeline", endpoint
+    if not env.get("OPENAI_API_KEY"):
+        return "none", endpoint
+    if named and not same_endpoint(str(named), env_endpoint):
+        return "withheld", endpoint
+    return "env", endpoint
+
+
+def describe_key(values: Mapping[str, Any] | None, env: Mapping[str, str] | None = None,
+                 written: object = None) -> str:
+    """One line for `compactor-run --check`: which endpoint gets which key, never the key itself.
+    `written` is the `api_key` as the pipeline file spells it (before `${VAR}` is replaced)."""
+    env = os.environ if env is None else env
+    source, endpoint = key_source(values, env)
+    where = redact_url(endpoint)
+    if source == "pipeline":
+        spelled = str(written) if written is not None else ""
+        match = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-[^}]*)?\}", spelled.strip())
+        if match:
+            return f"llm: {where} gets the key from ${{{match.group(1)}}}"
+        if "${" in spelled:
+            return f"llm: {where} gets a key built from environment variables in the pipeline file"
+        return f"llm: {where} gets the key written in the pipeline file (better: api_key: ${{VAR}})"
+    if source == "env":
+        return f"llm: {where} gets the key from OPENAI_API_KEY"
+    if source == "withheld":
+        return (f"llm: {where} gets no key (OPENAI_API_KEY is only sent to "
+                f"{redact_url(env.get('OPENAI_BASE_URL') or DEFAULT_BASE_URL)}; "
+                "name the key in the pipeline: api_key: ${VAR})")
+    return f"llm: {where} gets no key"
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -53,13 +214,16 @@ class LLMSettings:
     retry_base_delay: float = 0.5
     #: No single wait is longer than this, whatever `Retry-After` asks.
     retry_max_delay: float = 30.0
+    #: The endpoint OPENAI_API_KEY is for, when that key was not sent because `base_url` names another.
+    key_withheld_for: str | None = field(default=None, compare=False)
 
     @classmethod
     def from_mapping(
         cls, values: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None,
     ) -> LLMSettings:
         """Settings from a mapping like the YAML `llm:` section; missing model, URL and key come from
-        `COMPACTOR_LLM_MODEL` / `OPENAI_MODEL`, `OPENAI_BASE_URL` and `OPENAI_API_KEY`."""
+        `COMPACTOR_LLM_MODEL` / `OPENAI_MODEL`, `OPENAI_BASE_URL` and `OPENAI_API_KEY`. OPENAI_API_KEY
+        is only used for the endpoint the environment names (see `key_source`)."""
         values = dict(values or {})
         env = os.environ if env is None else env
         defaults = {f.name: f.default for f in fields(cls)}
@@ -77,10 +241,16 @@ class LLMSettings:
             value = values.get(key)
             return defaults[key] if value is None else kind(value)
 
+        source, _ = key_source(values, env)
+        api_key = {"pipeline": values.get("api_key"), "env": env.get("OPENAI_API_KEY")}.get(source)
+        api_key = str(api_key) if api_key else None
+        remember_secret(api_key)
+        for secret in _url_secrets(pick("base_url", "OPENAI_BASE_URL")):
+            remember_secret(secret)
         return cls(
             model=pick("model", "COMPACTOR_LLM_MODEL", "OPENAI_MODEL"),
             base_url=pick("base_url", "OPENAI_BASE_URL"),
-            api_key=pick("api_key", "OPENAI_API_KEY"),
+            api_key=api_key,
             temperature=number("temperature", float),
             max_tokens=number("max_tokens", int),
             timeout=number("timeout", float),
@@ -89,6 +259,8 @@ class LLMSettings:
             concurrency=max(1, number("concurrency", int)),
             retry_base_delay=number("retry_base_delay", float),
             retry_max_delay=number("retry_max_delay", float),
+            key_withheld_for=(env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL) if source == "withheld"
+            else None,
         )
 
     @property
@@ -97,12 +269,19 @@ class LLMSettings:
         return bool(self.model) and bool(self.base_url or self.api_key)
 
     def redact(self, text: str) -> str:
-        """`text` with the API key replaced by `***` (for anything that may be shown or logged)."""
-        return redact(text, self.api_key)
+        """`text` with the API key, and any credential inside URLs, replaced by `***` (for anything
+        that may be shown or logged)."""
+        return redact_text(text, [self.api_key, *_url_secrets(self.base_url)])
+
+    @property
+    def shown_url(self) -> str:
+        """The endpoint as it may be shown (credentials in the URL redacted)."""
+        return redact_url(self.base_url or DEFAULT_BASE_URL)
 
     def __repr__(self) -> str:
         key = "'***'" if self.api_key else "None"
-        return (f"LLMSettings(model={self.model!r}, base_url={self.base_url!r}, api_key={key}, "
+        url = repr(redact_url(self.base_url)) if self.base_url else "None"
+        return (f"LLMSettings(model={self.model!r}, base_url={url}, api_key={key}, "
                 f"temperature={self.temperature!r}, max_tokens={self.max_tokens!r}, "
                 f"timeout={self.timeout!r}, max_retries={self.max_retries!r}, "
                 f"concurrency={self.concurrency!r})")
@@ -146,6 +325,87 @@ def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = Non
     return max(0.0, seconds)
 
 
+# -- a wall-clock limit on each call ----------------------------------------------------------------
+# The HTTP client's read timeout restarts with every byte, so an endpoint that sends its headers and
+# then a byte a second keeps a call alive for minutes. Each call therefore runs in a worker thread the
+# caller waits on for the call's limit; past it the caller goes on, and the connection is shut down so
+# the worker ends at once instead of reading the rest of the trickle.
+
+_CALL = threading.local()
+
+
+class OutOfTime(Exception):
+    """A call that was still running (connecting, waiting or reading the body) at its limit."""
+
+    def __init__(self, limit: float) -> None:
+        super().__init__(f"the LLM endpoint did not answer within {limit:g} s")
+
+
+class _Connections:
+    """The sockets one call uses, so the caller can cut them off when the call runs out of time."""
+
+    def __init__(self) -> None:
+        self._sockets: list[socket.socket] = []
+        self._cut = False
+        self._lock = threading.Lock()
+
+    def add(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            cut = self._cut
+        if cut:  # the answer's headers came after the caller gave up
+            _shut(sock)
+
+    def cut(self) -> None:
+        with self._lock:
+            self._cut = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    """Shut a socket down: a read blocked on it (in the worker thread) returns at once."""
+    with contextlib.suppress(OSError):  # already closed
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def _note_connection(response: Any) -> None:
+    """HTTP client response hook (headers received, body not read yet): remember the call's socket."""
+    connections = getattr(_CALL, "connections", None)
+    stream = getattr(response, "extensions", {}).get("network_stream")
+    get_info = getattr(stream, "get_extra_info", None)
+    sock = get_info("socket") if get_info is not None else None
+    if connections is not None and isinstance(sock, socket.socket):
+        connections.add(sock)
+
+
+def run_within(limit: float, call: Callable[[], Any]) -> Any:
+    """`call()`'s result or exception, or OutOfTime once `limit` seconds have passed, whatever the
+    endpoint does meanwhile (the call's connections are then shut down)."""
+    done = threading.Event()
+    box: dict[str, Any] = {}
+    connections = _Connections()
+
+    def work() -> None:
+        _CALL.connections = connections
+        try:
+            box["value"] = call()
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            _CALL.connections = None
+            done.set()
+
+    threading.Thread(target=work, name="compactor-llm-call", daemon=True).start()
+    if not done.wait(limit):
+        connections.cut()
+        raise OutOfTime(limit)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 class LLMClient:
     """Chat completions with our own retries, and many at once with bounded concurrency."""
 
@@ -170,8 +430,11 @@ class LLMClient:
             if self._client is None:
                 import openai
 
-                kwargs: dict[str, Any] = {"api_key": self.settings.api_key or NO_KEY,
-                                          "timeout": self.settings.timeout, "max_retries": 0}
+                self._warn_withheld()
+                kwargs: dict[str, Any] = {
+                    "api_key": self.settings.api_key or NO_KEY, "timeout": self.settings.timeout,
+                    "max_retries": 0,
+                    "http_client": openai.DefaultHttpxClient(event_hooks={"response": [_note_connection]})}
                 if self.settings.base_url:
                     kwargs["base_url"] = self.settings.base_url
                 try:
@@ -180,6 +443,16 @@ class LLMClient:
                     raise LLMError(self.settings.redact(f"cannot create the OpenAI client: {exc}"),
                                    reason="not_configured") from None
             return self._client
+
+    def _warn_withheld(self) -> None:
+        """Say once per endpoint why a call goes without the environment's key."""
+        settings = self.settings
+        if settings.key_withheld_for is None or settings.shown_url in _WARNED:
+            return
+        _WARNED.add(settings.shown_url)
+        log.warning("compactor: OPENAI_API_KEY is not sent to %s: it is for %s; the LLM call goes without "
+                    "a key (name one in the pipeline's llm section, api_key: ${VAR}, to send it)",
+                    settings.shown_url, redact_url(settings.key_withheld_for))
 
     def close(self) -> None:
         """Close the HTTP connections (also done by `with LLMClient(...)`)."""
@@ -215,9 +488,10 @@ class LLMClient:
         attempts = settings.max_retries + 1
         for attempt in range(1, attempts + 1):
             left = self._left(attempt)
-            try:
-                response = client.chat.completions.create(
-                    **request, timeout=settings.timeout if left is None else min(settings.timeout, left))
+            limit = settings.timeout if left is None else min(settings.timeout, left)
+            try:  # the limit holds for the whole call, however slowly the endpoint sends its answer
+                response = run_within(limit, functools.partial(client.chat.completions.create, **request,
+                                                               timeout=limit))
                 return _reply_text(response)
             except LLMError as exc:
                 exc.attempts = attempt
@@ -290,13 +564,15 @@ class LLMClient:
         import openai
 
         redact_ = self.settings.redact
+        if isinstance(exc, OutOfTime):
+            return LLMError(str(exc), reason="timeout", attempts=attempt), None
         if isinstance(exc, openai.APITimeoutError):
             return LLMError(f"the LLM endpoint did not answer within {self.settings.timeout:g} s",
                             reason="timeout", attempts=attempt), None
         if isinstance(exc, openai.APIConnectionError):
             cause = exc.__cause__ or exc.__context__
             detail = f": {type(cause).__name__}" if cause is not None else ""
-            return LLMError(redact_(f"cannot connect to the LLM endpoint {self.settings.base_url or ''}"
+            return LLMError(redact_(f"cannot connect to the LLM endpoint {self.settings.shown_url}"
                                     f"{detail}"), reason="connection", attempts=attempt), None
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
@@ -349,4 +625,5 @@ def _reply_text(response: Any) -> str:
     return content
 
 
-__all__ = ["LLMClient", "LLMError", "LLMSettings", "parse_retry_after", "redact"]
+__all__ = ["DEFAULT_BASE_URL", "LLMClient", "LLMError", "LLMSettings", "describe_key", "key_source",
+           "parse_retry_after", "redact", "redact_text", "redact_url", "remember_secret", "same_endpoint"]

@@ -24,6 +24,7 @@ from compactor.document import Budget, Context
 from compactor.errors import CompactorError, ConfigError
 from compactor.formats.records import read_paths
 from compactor.formats.system_prompt import system_records
+from compactor.llm.client import LLMSettings, describe_key, redact_text
 from compactor.ops.batch import run_batch
 from compactor.ops.cli_parser import DEFAULT_STORE, build_parser
 from compactor.ops.monitor import prometheus_text, rolling_stats, stats_text
@@ -44,7 +45,7 @@ class _StderrWarnings(logging.Handler):
         self.shown: set[str] = set()
 
     def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage().removeprefix("compactor: ")
+        message = _shown(record.getMessage().removeprefix("compactor: "))
         self.shown.add(message)
         if not self.quiet:
             print(f"compactor-run: warning: {message}", file=sys.stderr)
@@ -59,9 +60,16 @@ def _print_warnings(context: Context, quiet: bool) -> None:
         return
     for report in context.reports:
         for warning in report.warnings:
+            warning = _shown(warning)
             if warning not in _WARNINGS.shown:
                 _WARNINGS.shown.add(warning)
                 print(f"compactor-run: warning: {report.step}: {warning}", file=sys.stderr)
+
+
+def _shown(text: str) -> str:
+    """Text bound for stderr with every credential redacted (keys of the LLM settings, credential-named
+    environment variables, keys inside URLs)."""
+    return redact_text(text, env=os.environ)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -77,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CompactorError as exc:
         if args.debug:
             traceback.print_exc()
-        print(f"compactor-run: error: {exc}", file=sys.stderr)
+        print(f"compactor-run: error: {_shown(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("compactor-run: interrupted", file=sys.stderr)
@@ -85,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.debug:
             traceback.print_exc()
-        print(f"compactor-run: internal error: {type(exc).__name__}: {exc} "
+        print(f"compactor-run: internal error: {type(exc).__name__}: {_shown(str(exc))} "
               "(run with --debug for the traceback)", file=sys.stderr)
         return 1
 
@@ -137,6 +145,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.check:
         steps = len(pipeline.spec.steps)
         print(f"{args.pipeline}: ok ({steps} step{'s' if steps != 1 else ''})")
+        _print_llm_key(args.pipeline, pipeline)
         return 0
     if args.print_config:
         sys.stdout.write(pipeline.print_config())
@@ -186,7 +195,8 @@ def _main(args: argparse.Namespace) -> int:
     fmt = args.format or pipeline.spec.output["format"]
     text = explain(context) if args.explain else (context.output or "")
     if args.report and Path(args.report).suffix.lower() in (".html", ".htm"):
-        write_atomic(Path(args.report), html_report(context, f"compactor · {pipeline.spec.name}"))
+        shown = redact_text(html_report(context, f"compactor · {pipeline.spec.name}"))
+        write_atomic(Path(args.report), shown)
         args.report = None  # the JSON report is not written as well
     _emit(args, text, report_dict(context), newline=fmt != "json")
     if args.metrics_file and (args.store or (conversation and args.session)):
@@ -208,7 +218,29 @@ def _emit(args: argparse.Namespace, text: str, report: dict[str, object], newlin
     else:
         sys.stdout.write(text)
     if args.report:
-        write_atomic(Path(args.report), json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n")
+        shown = redact_text(json.dumps(report, indent=2, ensure_ascii=False, default=str))
+        write_atomic(Path(args.report), shown + "\n")
+
+
+def _print_llm_key(name: str, pipeline: Pipeline) -> None:
+    """For --check: which endpoint the pipeline's LLM calls go to and where their key comes from
+    (never the key), when the pipeline has an LLM to call."""
+    values = pipeline.spec.llm
+    if not (LLMSettings.from_mapping(values).configured or values.get("base_url") or values.get("api_key")):
+        return
+    print(describe_key(values, os.environ, written=_written_api_key(name)))
+
+
+def _written_api_key(name: str) -> object:
+    """The pipeline file's `llm.api_key` as written (`${VAR}` not replaced), or None."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(read_pipeline_text(name)[0])
+    except (yaml.YAMLError, CompactorError, OSError):
+        return None
+    llm = data.get("llm") if isinstance(data, dict) else None
+    return llm.get("api_key") if isinstance(llm, dict) else None
 
 
 def _batch_main(args: argparse.Namespace) -> int:
@@ -245,6 +277,7 @@ def _session_main(args: argparse.Namespace) -> int:
                                  session=args.session, query=args.query, budget=args.budget)
     if args.check:
         print(f"{args.pipeline}: ok (strategy {compacter.strategy})")
+        _print_llm_key(args.pipeline, compacter.pipeline)
         return 0
     if args.print_config:
         sys.stdout.write(compacter.pipeline.print_config())
