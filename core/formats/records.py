@@ -315,13 +315,59 @@ _BOMS = ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"), (b"\x
          (b"\xfe\xff", "utf-16"))
 
 
+#: The most bytes one read of inputs takes (all files, directories and stdin together): an endless
+#: device or pipe is refused, not read until memory runs out. `COMPACTOR_MAX_INPUT_BYTES` changes it.
+MAX_INPUT_BYTES = 256 * 1024 * 1024
+INPUT_LIMIT_ENV = "COMPACTOR_MAX_INPUT_BYTES"
+_BLOCK = 1 << 20
+
+
+def max_input_bytes() -> int:
+    """The input limit in bytes: `$COMPACTOR_MAX_INPUT_BYTES`, else MAX_INPUT_BYTES."""
+    raw = os.environ.get(INPUT_LIMIT_ENV, "").strip()
+    if not raw:
+        return MAX_INPUT_BYTES
+    try:
+        value = int(raw.replace("_", ""))
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise InputError(f"{INPUT_LIMIT_ENV}={raw!r}: expected a positive whole number of bytes")
+    return value
+
+
+class _Allowance:
+    """What is left of the input limit for one read of inputs."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.left = limit
+
+    def read(self, stream: BinaryIO, name: str) -> bytes:
+        """All of `stream`, or an InputError naming it as soon as the limit is passed: the stream
+        is read in blocks, so an endless one stops at the limit."""
+        blocks: list[bytes] = []
+        while True:
+            block = stream.read(min(_BLOCK, self.left + 1))
+            if not block:
+                return b"".join(blocks)
+            self.left -= len(block)
+            if self.left < 0:
+                raise InputError(f"{name}: the input is larger than {self.limit:,} bytes, the most "
+                                 f"compactor reads at once (set {INPUT_LIMIT_ENV} to change it)")
+            blocks.append(block)
+
+
 def read_paths(paths: Iterable[str | os.PathLike[str]], stdin: BinaryIO | None = None) -> list[Source]:
-    """Sources from files, directories (recursively, known extensions) and `-` for stdin."""
+    """Sources from files, directories (recursively, known extensions) and `-` for stdin, at most
+    `max_input_bytes()` of them in all."""
     sources: list[Source] = []
+    allowance = _Allowance(max_input_bytes())
     for raw in map(str, paths):
         if raw == "-":
             stream = stdin if stdin is not None else sys.stdin.buffer
-            sources.extend(parse_text(decode_bytes(stream.read(), "<stdin>"), "<stdin>", None))
+            data = allowance.read(stream, "<stdin>")
+            sources.extend(parse_text(decode_bytes(data, "<stdin>"), "<stdin>", None))
             continue
         path = Path(raw)
         if path.is_dir():
@@ -332,9 +378,9 @@ def read_paths(paths: Iterable[str | os.PathLike[str]], stdin: BinaryIO | None =
                 raise InputError(f"{raw}: no readable files in this directory "
                                  f"(looked for {', '.join(sorted(KNOWN_SUFFIXES))})")
             for file in files:
-                sources.extend(read_file(file))
+                sources.extend(read_file(file, allowance))
         elif path.exists():
-            sources.extend(read_file(path))
+            sources.extend(read_file(path, allowance))
         else:
             raise InputError(f"{raw}: no such file or directory")
     if not sources or all(not s.text.strip() for s in sources):
@@ -342,10 +388,13 @@ def read_paths(paths: Iterable[str | os.PathLike[str]], stdin: BinaryIO | None =
     return sources
 
 
-def read_file(path: Path) -> list[Source]:
-    """Sources from one file, by its extension."""
+def read_file(path: Path, allowance: _Allowance | None = None) -> list[Source]:
+    """Sources from one file, by its extension; at most `max_input_bytes()` of it (or what is left
+    of `allowance`)."""
+    allowance = allowance or _Allowance(max_input_bytes())
     try:
-        data = path.read_bytes()
+        with path.open("rb") as handle:
+            data = allowance.read(handle, str(path))
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
     return parse_text(decode_bytes(data, str(path)), str(path), path.suffix.lower())

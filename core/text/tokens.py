@@ -77,6 +77,30 @@ class ApproximateEncoding:
         return self._pieces[token]
 
 
+#: A run of non-space (or of space) characters longer than this is encoded in pieces of this size.
+#: tiktoken merges one pre-tokenizer piece in time growing faster than its length (20 MB of one
+#: "word" took 67 s); pieces this size keep it linear, and the count moves by about a token per cut:
+#: measured +0 % on a run of letters, +0.03 % on random base64, +0.3 % on URL-like runs; long runs
+#: of spaces or punctuation (tokens of 64-128 characters) are over-counted by up to 15 %, never under.
+LONG_RUN = 1_000
+_LONG_RUN = regex.compile(rf"\S{{{LONG_RUN + 1},}}|\s{{{LONG_RUN + 1},}}")
+
+
+def _pieces(text: str) -> list[str]:
+    """`text` cut so that no piece holds a whitespace-free (or all-space) run longer than
+    LONG_RUN; the pieces join back to `text`."""
+    pieces: list[str] = []
+    start = 0
+    for run in _LONG_RUN.finditer(text):
+        if run.start() > start:
+            pieces.append(text[start:run.start()])
+        pieces.extend(text[i:min(i + LONG_RUN, run.end())] for i in range(run.start(), run.end(), LONG_RUN))
+        start = run.end()
+    if start < len(text):
+        pieces.append(text[start:])
+    return pieces
+
+
 class TokenCounter:
     """Counts and encodes with one encoding; `exact` is False for the approximate fallback."""
 
@@ -91,12 +115,19 @@ class TokenCounter:
         return self.encoding.name
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of `text`; special-token strings are treated as plain text."""
-        return self.encoding.encode_ordinary(text)
+        """Token ids of `text`; special-token strings are treated as plain text. A very long run
+        without spaces is encoded in pieces (linear time; the ids still decode to `text`)."""
+        if len(text) <= LONG_RUN:
+            return self.encoding.encode_ordinary(text)
+        pieces = _pieces(text)
+        if len(pieces) == 1:
+            return self.encoding.encode_ordinary(text)
+        return [t for piece in pieces for t in self.encoding.encode_ordinary(piece)]
 
     def count(self, text: str) -> int:
-        """Number of tokens in `text`."""
-        return len(self.encoding.encode_ordinary(text)) if text else 0
+        """Number of tokens in `text` (within a token per LONG_RUN characters of a run without
+        spaces longer than that; exact otherwise)."""
+        return len(self.encode(text)) if text else 0
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
         """Counts for many texts. Large texts go through tiktoken's threaded batch encoder; many small
@@ -104,8 +135,9 @@ class TokenCounter:
         many times the BPE work of a sentence."""
         if not texts:
             return []
-        encode = self.encoding.encode_ordinary
-        if len(texts) > 1 and sum(map(len, texts)) > 20_000 * len(texts):
+        encode = self.encode
+        if len(texts) > 1 and sum(map(len, texts)) > 20_000 * len(texts) \
+                and not any(_LONG_RUN.search(t) for t in texts):
             return [len(ids) for ids in self.encoding.encode_ordinary_batch(list(texts))]
         return [len(encode(t)) if t else 0 for t in texts]
 
