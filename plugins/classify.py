@@ -30,6 +30,8 @@ from compactor.components import Component, DataPath
 from compactor.document import Chunk, Context, frozen_mapping
 from compactor.hookspecs import hookimpl
 from compactor.run import Run
+from compactor.text import instructions
+from compactor.text.confusables import skeleton
 from compactor.text.language import detect_lang
 from compactor.text.prefilter import Prefilter
 from compactor.text.sentences import split_sentences
@@ -203,8 +205,10 @@ def _prefilter(rules: tuple[tuple[str, float, regex.Pattern[str]], ...]) -> Pref
 
 @functools.cache
 def load_rules(path: str | None = None) -> tuple[tuple[str, float, regex.Pattern[str]], ...]:
-    """(name, weight, pattern) per rule and language, from the shipped table or a file of that shape.
-    Folded YAML joins pattern lines with spaces, so whitespace in patterns is removed."""
+    """(name, weight, pattern) per rule and language, from a file of the shipped table's shape, or
+    the shipped table followed by the rules of `compactor.text.instructions` (what an instruction
+    does: addressed to the model, override, act, secrecy, steer, marker). Folded YAML joins pattern
+    lines with spaces, so whitespace in patterns is removed."""
     if path is None:
         text = (importlib.resources.files("compactor.plugins") / "data" / "injection.yaml").read_text(
             encoding="utf-8")
@@ -216,22 +220,27 @@ def load_rules(path: str | None = None) -> tuple[tuple[str, float, regex.Pattern
             if rule.get(lang):
                 pattern = "".join(str(rule[lang]).split())
                 rules.append((str(rule["name"]), float(rule["weight"]), regex.compile(pattern, flags)))
+    if path is None:
+        rules.extend(instructions.rules())
     return tuple(rules)
 
 
 def scan(text: str, rules: Sequence[tuple[str, float, regex.Pattern[str]]] | None = None,
          ) -> dict[str, Any] | None:
-    """The injection finding for a text (score, rule names, matched snippets), or None."""
+    """The injection finding for a text (score, rule names, matched snippets), or None. The rules
+    read the text's skeleton (`compactor.text.confusables`: no invisible characters, look-alike
+    letters folded), so "Ig\u200bnore" and a Cyrillic "а" hide nothing; snippets are original text."""
     score = 0.0
     hit: list[str] = []
     matches: list[str] = []
     table = tuple(rules) if rules is not None else load_rules()
+    skel = skeleton(text)
     # only the rules whose required words occur in the text run (compactor.text.prefilter: exact)
-    possible = _prefilter(table).possible(text)
+    possible = _prefilter(table).possible(skel.text)
     for index, (name, weight, pattern) in enumerate(table):
         if index not in possible:
             continue
-        found = [m.group().strip() for m in pattern.finditer(text)]
+        found = [text[slice(*skel.span(*m.span()))].strip() for m in pattern.finditer(skel.text)]
         if found:
             score += weight * min(len(found), 2)
             hit.append(name)
@@ -247,9 +256,14 @@ def injected_spans(text: str, rules: Sequence[tuple[str, float, regex.Pattern[st
     rule hits, and each fake chat message whole, from its opening marker to its closing one (or
     else to the end of its paragraph)."""
     hits = []
-    for _, _, pattern in rules if rules is not None else load_rules():
-        for m in pattern.finditer(text):
-            a, b = m.span()
+    table = tuple(rules) if rules is not None else load_rules()
+    skel = skeleton(text)
+    possible = _prefilter(table).possible(skel.text)
+    for index, (_, _, pattern) in enumerate(table):
+        if index not in possible:
+            continue
+        for m in pattern.finditer(skel.text):
+            a, b = skel.span(*m.span())
             while a < b and text[a].isspace():  # `^\s*` may start on the blank line before
                 a += 1
             while b > a and text[b - 1].isspace():

@@ -645,15 +645,37 @@ def _tiny(value: str, inherited: bool) -> bool:
     return number * _PX[unit] <= 1 if unit in _PX else inherited
 
 
+def _presentational(node: _Node) -> dict[str, str]:
+    """The colours old HTML attributes set (`<font color>`, `bgcolor`), as the declarations they
+    stand for; any CSS rule or inline style overrides them."""
+    attrs = node.attrs
+    found = {}
+    if node.tag == "font" and attrs.get("color"):
+        found["color"] = attrs["color"].strip().lower()
+    if attrs.get("bgcolor"):
+        found["background-color"] = attrs["bgcolor"].strip().lower()
+    return found
+
+
+def _styles(node: _Node, sheet: StyleSheet) -> dict[str, str]:
+    """The node's hiding-related declarations: presentational attributes, then the cascade."""
+    decls = sheet.declarations(node) if (sheet.by_key or "style" in node.attrs) else {}
+    if "color" in node.attrs or "bgcolor" in node.attrs:
+        return {**_presentational(node), **decls}
+    return decls
+
+
 def hide_styled(root: _Node, sheet: StyleSheet, page: Sequence[_Node] = ()) -> None:
     """Mark what the page's styles hide: boxes that are not shown at all are dropped with their
     content; text set in a zero font size, or in its background's colour, loses its own words
     (a child that sets a visible size or colour of its own stays). `page` holds the <html> and
-    <body> elements (folded into the root), whose colours the page starts from."""
+    <body> elements (folded into the root), whose colours the page starts from. Colours come from
+    CSS and from the `<font color>` and `bgcolor` attributes. With no background declared, text
+    of any colour counts as visible: a style sheet out of reach may draw the page dark."""
     fg: Rgba | str | None = None
     bg: Rgba | str | None = None
     for node in page:
-        decls = sheet.declarations(node)
+        decls = _styles(node, sheet)
         own = _background(decls)
         bg = own if own is not None and own != _TRANSPARENT else bg
         fg = (_colour(decls["color"]) or fg) if "color" in decls else fg
@@ -664,7 +686,7 @@ def hide_styled(root: _Node, sheet: StyleSheet, page: Sequence[_Node] = ()) -> N
             if isinstance(child, str) or child.dropped:
                 continue
             c_fg, c_bg, c_tiny = fg, bg, tiny
-            decls = sheet.declarations(child) if (sheet.by_key or "style" in child.attrs) else {}
+            decls = _styles(child, sheet)
             if decls:
                 how = _box_hidden(decls) if child.tag not in ("html", "body") else None
                 if how == "gone" or (how == "clipped" and not _has_math(child)):
