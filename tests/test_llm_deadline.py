@@ -218,4 +218,5 @@ def test_the_cli_step_ends_at_its_deadline_on_a_trickled_body(tmp_path: Path) ->
     assert result.returncode == 0, result.stderr
     assert "Orion" in result.stdout and "rule output kept" in result.stderr
     [step] = [s for s in json.loads(report.read_text())["steps"] if s["step"] == "llm.fallback"]
-    assert step["details"]["reason"] == "deadline" and step["seconds"] < 1 + 0.5
+    # the step's seconds also hold its rule work before the first call (the deadline's start)
+    assert step["details"]["reason"] == "deadline" and step["seconds"] < 1 + 1.0
