@@ -16,6 +16,7 @@ import pytest
 
 from compactor import Pipeline
 from compactor.llm.client import LLMSettings, describe_key, key_source, redact_text, redact_url
+from compactor.ops.cli import main as cli_main
 
 from . import openai_server as fake
 from .helpers import run_cli
@@ -116,27 +117,30 @@ def test_a_run_override_naming_another_host_gets_no_env_key(openai_server: FakeO
     assert ENV_KEY not in caplog.text
 
 
-def test_check_says_which_host_gets_which_key(tmp_path: Path) -> None:
+def test_check_says_which_host_gets_which_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    def check(path: Path, env: dict[str, str]) -> str:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        assert cli_main([str(path), "--check"]) == 0
+        out, err = capsys.readouterr()
+        assert FILE_KEY not in out + err and ENV_KEY not in out + err
+        return out
+
     env = {**CLEAN, "OPENAI_API_KEY": ENV_KEY, "MY_KEY": FILE_KEY}
     named = _pipeline(tmp_path, "  model: m\n  base_url: https://llm.example/v1\n  api_key: ${MY_KEY}\n",
                       name="named.yaml")
-    result = run_cli(str(named), "--check", env=env)
-    assert result.returncode == 0, result.stderr
-    assert "llm: https://llm.example/v1 gets the key from ${MY_KEY}" in result.stdout
+    assert "llm: https://llm.example/v1 gets the key from ${MY_KEY}" in check(named, env)
     foreign = _pipeline(tmp_path, "  model: m\n  base_url: https://collector.example/v1\n", name="f.yaml")
-    result = run_cli(str(foreign), "--check", env=env)
     assert "llm: https://collector.example/v1 gets no key (OPENAI_API_KEY is only sent to " \
-           "https://api.openai.com/v1" in result.stdout
+           "https://api.openai.com/v1" in check(foreign, env)
     default = _pipeline(tmp_path, "  model: m\n", name="d.yaml")
-    assert "llm: https://api.openai.com/v1 gets the key from OPENAI_API_KEY" in run_cli(
-        str(default), "--check", env=env).stdout
-    nothing = run_cli(str(default), "--check", env=CLEAN)
-    assert "llm: https://api.openai.com/v1 gets no key" not in nothing.stdout  # no model, no key: no LLM
+    assert "llm: https://api.openai.com/v1 gets the key from OPENAI_API_KEY" in check(default, env)
     literal = _pipeline(tmp_path, f"  model: m\n  base_url: https://llm.example/v1\n  api_key: {FILE_KEY}\n",
                         name="l.yaml")
-    result = run_cli(str(literal), "--check", env=env)
-    assert "gets the key written in the pipeline file" in result.stdout
-    assert FILE_KEY not in result.stdout + result.stderr and ENV_KEY not in result.stdout + result.stderr
+    assert "gets the key written in the pipeline file" in check(literal, env)
+    result = run_cli(str(foreign), "--check", env=env)  # the same through the console script
+    assert result.returncode == 0 and "gets no key" in result.stdout and ENV_KEY not in result.stdout
 
 
 # -- keys are never shown ---------------------------------------------------------------------------
