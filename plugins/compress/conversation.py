@@ -255,10 +255,12 @@ class EightSegment(Component):
         data = plan_dict(plan)
         data.update(source_id=source.id, summary_role=summary_role, role=None, method="none",
                     quality=1.0, tokens=plan.original_tokens - saved, summary=None, kind=kind, **system)
+        role = options.get("role", self.role)
+        if role is not None:  # a role nobody is: an error naming the roles there, not an empty handoff
+            roles.check_role(history or hx.History(messages), role)
         if plan.unchanged or history is None:
             return data, [_message_segment(source, i, m, costs[i]) for i, m in enumerate(messages)]
         history = _with_reduced(history, source, plan.dropped)
-        role = options.get("role", self.role)
         weights = message_weights(chunks, len(messages))
         focus = frozenset(terms(str(options.get("focus") or self.focus or "")))
         keep_files = int(options.get("keep_files", self.keep_files))
@@ -1179,7 +1181,8 @@ def _room_for_request(history: hx.History, source: Source, plan: Plan, costs: Se
     if plan.summary_tokens >= need or plan.summary_tokens + tail_cost < need:
         return plan
     kept = set(plan.tail)
-    turns = sum(1 for unit in units(history.messages) if unit.start in kept)
+    # a pending tool call stays whatever keep_last says: count the complete turns only
+    turns = sum(1 for unit in units(history.messages) if unit.start in kept and unit.complete)
     for keep in range(turns - 1, -1, -1):
         candidate = plan_compaction(history.messages, costs, limit, **{**settings, "keep_last": keep})
         if candidate.summary_tokens >= need:

@@ -27,10 +27,12 @@ from typing import Any, cast
 import regex
 import yaml
 
+from compactor.errors import InputError
 from compactor.plugins.compress import history as hx
 from compactor.text.terms import terms
 
-__all__ = ["Handoff", "Profile", "Team", "error_threads", "handoff", "profiles", "read_team", "role_of"]
+__all__ = ["Handoff", "Profile", "Team", "check_role", "error_threads", "handoff", "present", "profiles",
+           "read_team", "role_of"]
 
 #: Speakers that name a message's role, not a participant. ("developer" is not one of them: a message
 #: with that role is a system message, never a turn, while a speaker named "developer" is a coder.)
@@ -536,22 +538,9 @@ def handoff(history: hx.History, dropped: Sequence[int], role: str) -> Handoff:
     """
     dropped = sorted(set(dropped))
     dropped_set = set(dropped)
-    n = len(history.messages)
     parties = _parties(history)
-    profile = role_of(role)
-    target = profile or _speaker_party(parties, role) or role
-    speakers = frozenset(s for s, p in parties.items() if p == target)
-    address = _address(_target_aliases(target, profile, speakers, role),
-                       tuple(sorted({*(a for a, _ in _lexicon_aliases()), *parties})))
-    own = {i for i in range(n)
-           if history.speakers[i] in speakers and history.kinds[i] in ("user", "assistant")}
+    profile, speakers, own, addressed = _matched(history, role)
     results = {a.result for a in history.actions if a.index in own and a.result is not None}
-    addressed: dict[int, list[_Mention]] = {}
-    for i in range(n):
-        if history.kinds[i] in ("user", "assistant") and i not in own:
-            found = _addressed(history.messages[i].content[:READ_CHARS], address)
-            if found:
-                addressed[i] = found
     tasks = {i: found for i, found in addressed.items()
              if _facts(history, i).request or any(m.handing for m in found)}
     scope = frozenset(x for i in own | set(addressed) for x in _facts(history, i).idents)
@@ -618,6 +607,52 @@ def handoff(history: hx.History, dropped: Sequence[int], role: str) -> Handoff:
     return Handoff(role=role, profile=profile, speakers=speakers, visible=visible, weights=weights,
                    pending=pending, errors=errors, tasks=task_lines,
                    reasons={i: tuple(dict.fromkeys(reasons[i])) for i in visible})
+
+
+def _matched(history: hx.History, role: str) -> tuple[str | None, frozenset[str], set[int],
+                                                     dict[int, list[_Mention]]]:
+    """How `role` is found in a history: (its lexicon profile, its speakers, their turns, the other
+    turns that address it and how)."""
+    parties = _parties(history)
+    profile = role_of(role)
+    target = profile or _speaker_party(parties, role) or role
+    speakers = frozenset(s for s, p in parties.items() if p == target)
+    address = _address(_target_aliases(target, profile, speakers, role),
+                       tuple(sorted({*(a for a, _ in _lexicon_aliases()), *parties})))
+    own = {i for i in range(len(history.messages))
+           if history.speakers[i] in speakers and history.kinds[i] in ("user", "assistant")}
+    addressed: dict[int, list[_Mention]] = {}
+    for i in range(len(history.messages)):
+        if history.kinds[i] in ("user", "assistant") and i not in own:
+            found = _addressed(history.messages[i].content[:READ_CHARS], address)
+            if found:
+                addressed[i] = found
+    return profile, speakers, own, addressed
+
+
+def present(history: hx.History) -> list[str]:
+    """The speakers of a history's turns, as `role=` finds them ("assistant" too), each with its role
+    profile when the name is not the profile itself ("senior_python_coder (coder)")."""
+    parties = _parties(history)
+    return [speaker if parties.get(speaker, speaker) == speaker else f"{speaker} ({parties[speaker]})"
+            for speaker in _speakers(history)]
+
+
+def check_role(history: hx.History, role: object) -> None:
+    """Refuse a handoff to a role the history does not know: nobody speaks as it and no turn
+    addresses it, so its summary would hold the metadata and little else. A role addressed before
+    it first speaks ("@tester, over to you") is known."""
+    if not isinstance(role, str) or not role.strip():
+        raise InputError(f"role must be a speaker's name or role, not {role!r}")
+    if role in _speakers(history):  # a speaker's own name, "assistant" as well
+        return
+    _, speakers, _, addressed = _matched(history, role)
+    if speakers or addressed:
+        return
+    names = present(history)
+    found = f"the roles present: {', '.join(names)}" if names else "the history has no turns of anybody"
+    raise InputError(f"role {role!r} matches nobody in the history (no turn of it, none addressed to it); "
+                     f"{found}")
 
 
 def error_threads(history: hx.History, given: Handoff) -> list[tuple[int, list[int], str, list[str]]]:
