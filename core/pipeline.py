@@ -23,6 +23,7 @@ from compactor.config import PipelineSpec, StepSpec, load_spec
 from compactor.document import Budget, Chunk, Context, Source, StepReport, frozen_mapping
 from compactor.errors import BudgetError, CompactorError, ConfigError, InputError, Problem, StageError
 from compactor.hookspecs import STAGE_HOOKS, hookimpl
+from compactor.llm.client import DEFAULT_BASE_URL, same_endpoint
 from compactor.observe import StepObserver, with_counts
 from compactor.registry import Registry, build_registry
 from compactor.run import Run, StepRecord
@@ -160,6 +161,19 @@ def _check_arguments(inputs: Any, query: Any, budget: Any) -> None:
         raise InputError(f"budget must be greater than 0 tokens, got {budget}")
 
 
+def merged_llm(spec: Mapping[str, Any], override: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The pipeline's `llm:` section with a run's overrides (None values ignored). A key belongs to
+    its endpoint: an override that sends the calls to another server without naming a key does not
+    inherit the pipeline file's key."""
+    given = {k: v for k, v in (override or {}).items() if v is not None}
+    merged = {**spec, **given}
+    before = spec.get("base_url") or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+    moved = given.get("base_url") and not same_endpoint(str(given["base_url"]), str(before))
+    if moved and "api_key" not in given:
+        merged.pop("api_key", None)
+    return merged
+
+
 class Pipeline:
     """A validated pipeline bound to its own plugin manager, ready to run many times."""
 
@@ -279,8 +293,7 @@ class Pipeline:
         declared = render_steps[-1].split(".", 1)[1] if render_steps else self.spec.output["format"]
         fmt = output_format or declared
         run = Run(counter=self.counter, pipeline=self.spec.name,
-                  settings={"llm": {**self.spec.llm, **{k: v for k, v in (llm or {}).items()
-                                                          if v is not None}}, "store": self.spec.store,
+                  settings={"llm": merged_llm(self.spec.llm, llm), "store": self.spec.store,
                             "output": {**self.spec.output, "format": fmt},
                             "session": {"store": store, "id": session} if store is not None else {}})
 

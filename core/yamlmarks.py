@@ -61,6 +61,19 @@ MAX_NODES = 20_000  # values after expanding aliases (a "billion laughs" file ha
 MAX_DEPTH = 40
 
 
+def _yaml_problem(exc: yaml.YAMLError, file: str) -> Problem:
+    """What PyYAML refused, at its line and column when it gave them (a reader error, such as a NUL
+    character, gives a position instead)."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
+        reason = " ".join(str(x) for x in (exc.context, exc.problem) if x)
+        return Problem(f"invalid YAML: {reason}", file, line, col)
+    if isinstance(exc, yaml.reader.ReaderError):
+        return Problem(f"invalid YAML: {str(exc).splitlines()[0]} (character {exc.position + 1})", file)
+    return Problem(f"invalid YAML: {exc}", file)
+
+
 def load_marked(text: str, file: str = "<string>", folder: pathlib.Path | None = None) -> Marked:
     """Parse one YAML document safely; ConfigError (all duplicate keys at once) on failure.
 
@@ -69,16 +82,11 @@ def load_marked(text: str, file: str = "<string>", folder: pathlib.Path | None =
     if len(text) > MAX_FILE_CHARS:
         raise ConfigError(Problem(f"the file has {len(text):,} characters; a pipeline file may have "
                                   f"at most {MAX_FILE_CHARS:,}", file))
-    loader = yaml.SafeLoader(text)
     try:
+        loader = yaml.SafeLoader(text)
         node = loader.get_single_node()
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
-        reason = " ".join(str(x) for x in (exc.context, exc.problem) if x)
-        raise ConfigError(Problem(f"invalid YAML: {reason}", file, line, col)) from None
     except yaml.YAMLError as exc:
-        raise ConfigError(Problem(f"invalid YAML: {exc}", file)) from None
+        raise ConfigError(_yaml_problem(exc, file)) from None
     except RecursionError:
         raise ConfigError(Problem(f"the YAML is nested too deeply (more than {MAX_DEPTH} levels)",
                                   file)) from None
@@ -91,6 +99,8 @@ def load_marked(text: str, file: str = "<string>", folder: pathlib.Path | None =
         data = walk.build(node, ())
     except _TooLarge as exc:
         raise ConfigError(exc.problem) from None
+    except yaml.YAMLError as exc:  # a tag no safe constructor knows (`!!python/object`, ...)
+        raise ConfigError(_yaml_problem(exc, file)) from None
     finally:
         loader.dispose()
     if problems:

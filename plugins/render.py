@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from compactor.components import Component
 from compactor.document import Context, Segment, Source, frozen_mapping
-from compactor.errors import StageError
+from compactor.errors import InputError
 from compactor.formats.compaction import assemble
 from compactor.formats.messages import to_dict
 from compactor.hookspecs import hookimpl
@@ -181,7 +181,9 @@ class MessagesRenderer(Component):
                 lists.append((source, assemble(source.messages, plan, plan.get("summary"),
                                                plan.get("summary_role", "user"))))
         if not lists:
-            raise StageError("render.messages needs a conversation (a JSON message list) as input")
+            got = ", ".join(f"{s.uri or s.id} ({s.kind})" for s in context.sources[:3]) or "no input"
+            raise InputError("render.messages needs a conversation (a JSON message list) as input; "
+                             f"got {got}")
         if len(lists) == 1:
             return json.dumps(lists[0][1], ensure_ascii=False, indent=2, default=str)
         return "\n".join(json.dumps({"id": source.uri or source.id, "messages": messages}, ensure_ascii=False,

@@ -127,16 +127,21 @@ def read_corpus(path: Path, stats: BatchStats) -> Iterator[tuple[int, dict[str, 
     """(line number, record) per JSONL line, streamed; a record without an `id` is known by
     `line-<n>` (`run_document`). A line that is not a JSON object becomes a record whose `_error`
     says why (it is reported, not fatal), in the words of the CLI's reader."""
-    from compactor.formats.records import parse_line
+    from compactor.formats.records import INPUT_LIMIT_ENV, max_input_bytes, parse_line
 
+    limit = max_input_bytes()
     try:
         handle = path.open("rb") if str(path) != "-" else sys.stdin.buffer
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
     name = "<stdin>" if str(path) == "-" else str(path)
     with handle:
-        for number, raw in enumerate(handle, 1):
+        # a corpus streams (it may be endless); one record is read whole, so it is bounded
+        for number, raw in enumerate(iter(lambda: handle.readline(limit + 1), b""), 1):
             stats.bytes_in += len(raw)
+            if len(raw) > limit:
+                raise InputError(f"{name}:{number}: the record is larger than {limit:,} bytes, the most "
+                                 f"compactor reads at once (set {INPUT_LIMIT_ENV} to change it)")
             if not raw.strip():
                 continue
             try:

@@ -43,8 +43,9 @@ class SpanCounter:
 
     def __init__(self, text: str, counter: TokenCounter) -> None:
         self.text = text
+        self.counter = counter
         self.encoding = counter.encoding
-        self.tokens = self.encoding.encode_ordinary(text)
+        self.tokens = counter.encode(text)
         self.offsets = byte_offsets(token_table(self.encoding), self.tokens)
         self.ascii = text.isascii()
         self._step = 256
@@ -67,7 +68,7 @@ class SpanCounter:
         return bisect_left(self.offsets, self.byte_at(char))
 
     def _encode_count(self, start: int, end: int) -> int:
-        return len(self.encoding.encode_ordinary(self.text[start:end])) if end > start else 0
+        return len(self.counter.encode(self.text[start:end])) if end > start else 0
 
     def count(self, start: int, end: int) -> int:
         """Exact number of tokens in `text[start:end]`."""
