@@ -51,6 +51,12 @@ def plan_compaction(messages: Sequence[Message], costs: Sequence[int], budget: i
     The tail may take `tail_share` of the room the head leaves; by default half of it, less when
     the room is small (a small room is better spent on the summary's dense lines).
 
+    A tool call still waiting for (some of) its results at the end (`pending_call`: the loop
+    compacts between the model's call and running the tools) stays verbatim, last, so the results
+    appended next still answer it; `keep_last` counts the turns before it, and they take their
+    share of the room it leaves. Only a call that does not fit beside the system messages and a
+    minimal summary is summarised, with a note saying so.
+
     Raises BudgetError only when the system messages plus a minimal summary cannot fit; any history,
     however long, otherwise fits (the summariser gets whatever the verbatim parts leave).
     """
@@ -72,6 +78,17 @@ def plan_compaction(messages: Sequence[Message], costs: Sequence[int], budget: i
                           f"tokens) and a minimal summary ({summary_overhead + MIN_SUMMARY_TOKENS}); "
                           f"use a budget of at least {floor}")
     notes: list[str] = []
+    pending = pending_call(messages, tiles)
+    pending_cost = _cost(costs, pending) if pending is not None else 0
+    if pending is not None and floor + pending_cost > budget:
+        # no room for it even beside a minimal summary: summarised, and the caller told why
+        notes.append(f"the pending tool call (m{pending.start}, {pending_cost} tokens) summarised: it does "
+                     f"not fit beside the system message(s) and a minimal summary in {budget} tokens "
+                     f"(its results will answer no call); use a budget of at least {floor + pending_cost}")
+        pending, pending_cost = None, 0
+    if pending is not None:  # kept aside: it joins the tail whatever the room and keep_last
+        tiles = tiles[:-1]
+        floor += pending_cost
     agent = bool(output_indices(messages))
     if head_share is None:  # an agent's task statement may take half the room; a chat's opener less
         head_share = 0.5 if agent else 0.25
@@ -94,7 +111,7 @@ def plan_compaction(messages: Sequence[Message], costs: Sequence[int], budget: i
         else:
             notes.append("first user message summarised (too long to keep verbatim)")
     head_cost = sum(_cost(costs, u) for u in head)
-    room = budget - TOKENS_PER_REPLY - head_cost - summary_overhead
+    room = budget - TOKENS_PER_REPLY - head_cost - summary_overhead - pending_cost
     tail: list[Unit] = []
     tail_cost = 0
     share = max(0.25, 0.5 * min(1.0, room / 2000)) if tail_share is None else tail_share
@@ -105,13 +122,14 @@ def plan_compaction(messages: Sequence[Message], costs: Sequence[int], budget: i
         cost = _cost(costs, unit)
         if not unit.complete or tail_cost + cost > cap:
             if not tail:
-                notes.append("latest turn summarised (too long to keep verbatim)")
+                where = "latest turn" if pending is None else "latest turn before the pending tool call"
+                notes.append(f"{where} summarised (too long to keep verbatim)")
             break
         tail.append(unit)
         tail_cost += cost
     tail.reverse()
     head_end = head[-1].end if head else 0
-    tail_start = tail[0].start if tail else len(messages)
+    tail_start = tail[0].start if tail else (pending.start if pending is not None else len(messages))
     latest = requests[-1:] if position < len(tiles) else ()
     if latest and head_end <= latest[0] < tail_start:
         # the request being worked on (the person's latest message) stays verbatim with the turns after
@@ -125,10 +143,21 @@ def plan_compaction(messages: Sequence[Message], costs: Sequence[int], budget: i
             tail_cost += extra
             tail_start = latest[0]
             notes[:] = [n for n in notes if "latest turn" not in n]
+    if pending is not None:
+        tail.append(pending)
     kept_head = tuple(i for u in head for i in range(u.start, u.end))
     kept_tail = tuple(i for u in tail for i in range(u.start, u.end))
     dropped = tuple(range(head_end, tail_start))
     return Plan(kept_head, kept_tail, dropped, room - tail_cost, total, notes=tuple(notes))
+
+
+def pending_call(messages: Sequence[Message], tiles: Sequence[Unit] | None = None) -> Unit | None:
+    """The tool call at the end of a history still waiting for (some of) its results, with the
+    results it already has; None when the history does not end that way."""
+    tiles = units(messages) if tiles is None else tiles
+    if not tiles or tiles[-1].complete or answers(messages[tiles[-1].start]) is not None:
+        return None
+    return tiles[-1]
 
 
 def _is_system(messages: Sequence[Message], unit: Unit) -> bool:
