@@ -199,8 +199,24 @@ _CLOSER_RE = regex.compile(
 
 
 @functools.lru_cache(maxsize=8)
-def _prefilter(rules: tuple[tuple[str, float, regex.Pattern[str]], ...]) -> Prefilter:
-    return Prefilter([pattern for _, _, pattern in rules])
+def _plan(rules: tuple[tuple[str, float, regex.Pattern[str]], ...]) -> tuple[Prefilter, int]:
+    """(the prefilter of the table's own rules, where `compactor.text.instructions`' rules start in
+    it or its length). Those rules have cue words of their own (`instructions.candidates`): whole
+    words, which skip far more rules than the literals a substring prefilter can use."""
+    shipped = instructions.rules()
+    own = len(rules) - len(shipped)
+    if own < 0 or rules[own:] != shipped:
+        own = len(rules)
+    return Prefilter([pattern for _, _, pattern in rules[:own]]), own
+
+
+def _possible(rules: tuple[tuple[str, float, regex.Pattern[str]], ...], text: str) -> set[int]:
+    """The indices of the rules of `rules` that can match skeleton text `text`."""
+    prefilter, own = _plan(rules)
+    possible = set(prefilter.possible(text))
+    if own < len(rules):
+        possible.update(own + i for i in instructions.candidates(text))
+    return possible
 
 
 @functools.cache
@@ -236,7 +252,7 @@ def scan(text: str, rules: Sequence[tuple[str, float, regex.Pattern[str]]] | Non
     table = tuple(rules) if rules is not None else load_rules()
     skel = skeleton(text)
     # only the rules whose required words occur in the text run (compactor.text.prefilter: exact)
-    possible = _prefilter(table).possible(skel.text)
+    possible = _possible(table, skel.text)
     for index, (name, weight, pattern) in enumerate(table):
         if index not in possible:
             continue
@@ -258,7 +274,7 @@ def injected_spans(text: str, rules: Sequence[tuple[str, float, regex.Pattern[st
     hits = []
     table = tuple(rules) if rules is not None else load_rules()
     skel = skeleton(text)
-    possible = _prefilter(table).possible(skel.text)
+    possible = _possible(table, skel.text)
     for index, (_, _, pattern) in enumerate(table):
         if index not in possible:
             continue

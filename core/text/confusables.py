@@ -26,9 +26,11 @@ import regex
 # letter mark, Hangul fillers, Khmer inherent vowels, Mongolian selectors and vowel separator,
 # zero-width space/joiners and directional marks, bidirectional embeddings and isolates, word
 # joiner and invisible operators, variation selectors, the BOM, Unicode tags.
-_INVISIBLE_CLASS = (r"\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
-                    r"\u2060-\u2064\u2066-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e007f"
-                    r"\U000e0100-\U000e01ef")
+_INVISIBLE_RANGES = ((0xAD, 0xAD), (0x34F, 0x34F), (0x61C, 0x61C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+                     (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x2064), (0x2066, 0x206F),
+                     (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0),
+                     (0xE0000, 0xE007F), (0xE0100, 0xE01EF))
+_INVISIBLE_CLASS = "".join(f"{chr(lo)}-{chr(hi)}" if hi > lo else chr(lo) for lo, hi in _INVISIBLE_RANGES)
 _INVISIBLE = regex.compile(f"[{_INVISIBLE_CLASS}]+")
 
 # Look-alikes of ASCII letters in the Cyrillic and Greek blocks (what a reader takes for the letter)
@@ -59,8 +61,10 @@ def _fold_table() -> dict[int, str]:
 
 
 _FOLD = _fold_table()
-_FOLD_CLASS = "".join(regex.escape(chr(c)) for c in sorted(_FOLD))
-_SPECIAL = regex.compile(f"[{_INVISIBLE_CLASS}{_FOLD_CLASS}]")
+# every character `skeleton` changes: a set lookup per character is the fastest test that a text
+# holds none (a regex character class of 1,000 characters is 50 times slower)
+_SPECIAL = frozenset(chr(c) for c in _FOLD) | frozenset(
+    chr(c) for lo, hi in _INVISIBLE_RANGES for c in range(lo, hi + 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +93,7 @@ class Skeleton:
 
 def has_special(text: str) -> bool:
     """Whether `text` holds an invisible or look-alike character (ASCII never does)."""
-    return not text.isascii() and _SPECIAL.search(text) is not None
+    return not text.isascii() and not _SPECIAL.isdisjoint(text)
 
 
 def skeleton(text: str) -> Skeleton:

@@ -27,6 +27,7 @@ pass, so a chunk runs only the few rules whose words it holds.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 
 import regex
@@ -38,7 +39,7 @@ FLAGS = regex.IGNORECASE | regex.MULTILINE
 # -- English vocabulary -----------------------------------------------------------------------------
 
 # Who an instruction addresses, when a sentence names it in the third person ("AI assistants must").
-_AGENT = (r"(?:\bA\.?I\b|\bLLMs?\b|\bGPT\b|\bChatGPT\b|\bClaude\b|\bGemini\b|\bCopilot\b|\bchat\s?bots?\b"
+_AGENT = (r"(?:\bAI\b|\bLLMs?\b|\bGPT\b|\bChatGPT\b|\bClaude\b|\bGemini\b|\bCopilot\b|\bchat\s?bots?\b"
           r"|\bbots?\b|\b(?:AI|LLM|virtual|digital|coding|research|autonomous|browsing|software)[\s-]+"
           r"(?:assistants?|agents?|systems?|tools?|models?|readers?|crawlers?|bots?)\b"
           r"|\b(?:large\s+)?language\s+models?\b|\bsummari[sz]ers?\b|\bautomated\s+(?:readers?|systems?|tools?"
@@ -51,6 +52,14 @@ _START = (r"(?:^|(?<=[.!?;:\"“(\[\n>,\-–—]\s{0,3})"
           r"|also|immediately|first|quietly|silently|secretly|just|simply|and|so|go\s+ahead\s+and)\s+){1,3})"
           r"|(?<=\b(?:please|kindly)\s+)|(?<=\byou\s+(?:must|should|will|shall|need\s+to|have\s+to|are\s+to"
           r"|are\s+(?:required|instructed)\s+to)\s+(?:(?:now|also|immediately|then|first)\s+)?))")
+
+
+def _imperative(verbs: str) -> str:
+    """`verbs` where an imperative starts (`_START`). The verb comes first and the look back
+    after it: the engine then tries the look back only where a verb is, not at every position."""
+    return rf"\b{verbs}(?<={_START}{verbs})"
+
+
 _DETS = (r"(?:(?:a|an|the|this|that|these|all|any|every|each|full|entire|whole|complete|current|your"
          r"|their|his|her|its|our|my|saved|stored|private|personal|secret|session|chat|login|of|copy|contents?|list"
          r"|text|user'?s?'?|users'|customer'?s?'?|owner'?s?'?)\s+){0,6}")
@@ -84,6 +93,8 @@ _IGNORE = (r"(?:ignore|disregard|forget|override|bypass|skip|drop|abandon|discar
 _SAY = (r"(?:include|say|tell|state|write|respond|reply|answer|recommend|describe|mention|add|append|output"
         r"|print|send|ignore|disregard|forget|treat|rate|summari[sz]e|report|refer|obey|reveal|insert|present"
         r"|claim|call|quote|translate|stop|refuse|praise|promote|link|direct|email|forward|delete|run|execute)")
+_RUN = r"(?:run|execute|exec|eval|evaluate|invoke|launch)"
+_TELL = r"(?:tell|inform|warn|remind|convince|persuade|urge|instruct|ask)"
 _CUT = (r"(?:cancell?ed|void(?:ed)?|revoked|changed|replaced|updated|superseded|overridden|withdrawn"
         r"|terminated|obsolete|invalid|null|rescinded|complete[d]?|finished|over)")
 
@@ -97,23 +108,22 @@ _ZH_SECRET = (r"(?:对话|聊天|记录|密码|账号|帐号|密钥|秘钥|令�
               r"|银行卡|信用卡|隐私|个人信息|数据|文件|照片|邮件|邮箱|历史|会话|系统提示|提示词|环境变量|验证码|cookie|Cookie)")
 _ZH_SEND = (r"(?:发送|发给|转发|上传|提交|传给|发到|发至|泄露|透露|分享|复制|抄送|邮寄|传送"
             r"|同步|交给|贴到|粘贴)")
+_ZH_DELETE = r"(?:删除|删掉|清空|清除|抹掉|销毁|格式化|卸载|移除)"
 
 #: (name, weight, pattern source) per rule; all compiled with FLAGS.
 RULE_SOURCES: tuple[tuple[str, float, str], ...] = (
     # -- addressed to the model
     ("addressed", 1.0,
      rf"\b(?:note|message|instructions?|attention|notice|directive|reminder|memo|warning|request|task|orders?"
-     rf"|command|P\.?S\.?)\s+(?:to|for)\s+(?:the\s+|any\s+|all\s+|every\s+|our\s+|you\s+)?{_ADDRESSEE}"
+     rf"|command)\s+(?:to|for)\s+(?:the\s+|any\s+|all\s+|every\s+|our\s+|you\s+)?{_ADDRESSEE}"
      r"(?:\s+reading\s+this)?\s*[:,\-–—]"),
     ("addressed", 1.0,
      rf"\b(?:dear|hey|hi|hello|attention|attn|okay|ok|yo|listen)\s*[,:]?\s+(?:the\s+|all\s+|any\s+|you\s+)?"
      rf"{_ADDRESSEE}(?=\s*[,:.!\-–—]|\s+(?:please|you|reading|who|that)\b)"),
     ("addressed", 1.0,
-     rf"(?:^|(?<=[.!?;\"“(\[\n]\s{{0,3}}))(?:to|for)\s+(?:any|all|every|the)\s+{_ADDRESSEE}"
-     r"(?:\s+reading\s+this)?\s*[:,]"),
-    ("addressed", 1.0,
-     rf"(?:^|(?<=[.!?;\"“(\[\n>]\s{{0,3}}))(?:(?:the|an?|any|all|every|our|you|whoever)\s+)?(?:\w+\s+)?"
-     rf"{_ADDRESSEE}(?:\s+(?:instructions?|directive|note|task|notice|message|orders?|command))?\s*"
+     rf"{_ADDRESSEE}(?<=(?:^|(?<=[.!?;\"“(\[\n>]\s{{0,3}}))(?:(?:to|for)\s+)?"
+     r"(?:(?:the|an?|any|all|every|our|you|whoever)\s+)?"
+     rf"(?:\w+\s+)?{_ADDRESSEE})(?:\s+(?:instructions?|directive|note|task|notice|message|orders?|command))?\s*"
      r"(?::|,(?=\s+(?:please|you|your|now|ignore|disregard|forget|stop|do|don't|never|always|from|before|after"
      r"|send|delete|run|execute|reveal|print|tell|say|reply|respond|answer|write|output|repeat|describe"
      r"|recommend|drop|erase|wipe|email|forward|upload|copy|quietly|silently|immediately|state|include|add"
@@ -179,14 +189,14 @@ RULE_SOURCES: tuple[tuple[str, float, str], ...] = (
      r"\b(?:without|with\s+no|free\s+of|ignoring)\s+(?:any\s+)?(?:restrictions|filters|guardrails|censorship"
      r"|safety\s+(?:rules|guidelines|filters)|content\s+polic(?:y|ies)|rules)\b"),
     # -- act: send, delete, run or reveal what belongs to the user or the model
-    ("act", 1.0, rf"{_START}{_SEND}\s+{_OBJECT}"),
-    ("act", 1.0, rf"{_START}{_DELETE}\s+{_OBJECT}"),
+    ("act", 1.0, rf"{_imperative(_SEND)}\s+{_OBJECT}"),
+    ("act", 1.0, rf"{_imperative(_DELETE)}\s+{_OBJECT}"),
     ("act", 1.0,
-     rf"{_START}{_REVEAL}\s+{_DETS}(?:{_SECRET}|(?:your|the\s+(?:system|initial|original|hidden|secret|internal"
+     rf"{_imperative(_REVEAL)}\s+{_DETS}(?:{_SECRET}|(?:your|the\s+(?:system|initial|original|hidden|secret|internal"
      r"|developer))\s+(?:[\w-]+\s+){0,2}?(?:prompts?|instructions|configuration|config|rules|guidelines"
      r"|messages?))\b"),
     ("act", 0.4,
-     rf"{_START}(?:run|execute|exec|eval|evaluate|invoke|launch)\s+(?:(?:the|this|that|these|following|below"
+     rf"{_imperative(_RUN)}\s+(?:(?:the|this|that|these|following|below"
      r"|next|attached|a|an)\s+)*(?:(?:shell|bash|terminal|system|python|powershell|cmd)\s+)?(?:commands?"
      r"|scripts?|code|snippet|payload|program|binary|one-liner)\b"),
     ("act", 0.8, r"\brm\s+-(?:rf|fr|r)\s+(?:~|/|\*|\$HOME)"),
@@ -226,7 +236,7 @@ RULE_SOURCES: tuple[tuple[str, float, str], ...] = (
      r"\b(?:always|only)\s+(?:recommend|promote|mention|suggest|endorse|praise|link\s+to|refer\s+(?:users"
      r"|readers)\s+to)\b"),
     ("steer", 1.0,
-     rf"{_START}(?:tell|inform|warn|remind|convince|persuade|urge|instruct|ask)\s+(?:the|your)\s+(?:user"
+     rf"{_imperative(_TELL)}\s+(?:the|your)\s+(?:user"
      r"|reader|human|customer|operator)s?\s+(?:that|to)\b"),
     # -- marker: a role or system marker in any dress
     ("marker", 1.0,
@@ -266,12 +276,13 @@ RULE_SOURCES: tuple[tuple[str, float, str], ...] = (
     ("override", 1.0,
      r"你(?:现在)?(?:是|将是|变成|成为)(?:一个|一名)?(?:没有(?:任何)?限制|不受(?:任何)?限制|无限制|不受约束|越狱)"),
     ("act", 1.0,
-     rf"{_ZH_START}{_ZH_ADVERBS}(?:把|将)[^。！？\n]{{0,20}}?{_ZH_SECRET}[^。！？\n]{{0,12}}?{_ZH_SEND}"),
+     rf"(?:把|将)(?<={_ZH_START}{_ZH_ADVERBS}(?:把|将))[^。！？\n]{{0,20}}?{_ZH_SECRET}[^。！？\n]{{0,12}}?{_ZH_SEND}"),
     ("act", 1.0,
-     rf"{_ZH_START}{_ZH_ADVERBS}(?:{_ZH_SEND}|输出|打印|显示|告诉我|列出)(?!了|过)[^。！？\n]{{0,12}}?"
+     rf"(?:{_ZH_SEND}|输出|打印|显示|告诉我|列出)(?<={_ZH_START}{_ZH_ADVERBS}(?:{_ZH_SEND}|输出|打印|显示|告诉我|列出))"
+     r"(?!了|过)[^。！？\n]{{0,12}}?"
      rf"(?:用户|你的|你收到|所有|全部|他的|她的)[^。！？\n]{{0,8}}?{_ZH_SECRET}"),
     ("act", 1.0,
-     rf"{_ZH_START}{_ZH_ADVERBS}(?:删除|删掉|清空|清除|抹掉|销毁|格式化|卸载|移除)(?!了|过)[^。！？\n]{{0,12}}?"
+     rf"{_ZH_DELETE}(?<={_ZH_START}{_ZH_ADVERBS}{_ZH_DELETE})(?!了|过)[^。！？\n]{{0,12}}?"
      r"(?:用户|你的|他的|她的|所有|全部|电脑|硬盘|云端|服务器|数据库)"),
     ("act", 0.4, r"(?:执行|运行|启动)(?:以下|下面|下列|这个|这段|该|此)?的?(?:命令|脚本|代码|程序)"),
     ("secrecy", 1.0,
@@ -288,6 +299,141 @@ RULE_SOURCES: tuple[tuple[str, float, str], ...] = (
      r"[【\[［<《]\s*(?:系统|系统消息|系统提示|系统指令|管理员|开发者|指令)\s*[】\]］>》]"),
     ("marker", 1.0, r"(?:^|(?<=[\n。！？]))\s*(?:系统|管理员|开发者)(?:消息|提示|指令)?\s*[:：]"),
 )
+
+# The words each rule's every match holds, one of them at least (English: whole words of the
+# lower-cased skeleton; Chinese: substrings). A rule runs on a text only when the text holds one:
+# a look-up in the text's set of words, where a substring search (`compactor.text.prefilter`)
+# would find "ai" in "said" and "hey" in "they" and run nearly every rule on every chunk.
+_AGENT_CUES = ("ai llm llms gpt chatgpt claude gemini copilot chat chatbot chatbots bot bots assistant "
+               "assistants agent agents system systems tool tools model models reader readers crawler "
+               "crawlers language summarizer summarizers summariser summarisers automated processor "
+               "processors scraper scrapers")
+_ADDRESSEE_CUES = f"{_AGENT_CUES} robot robots"
+_ZH_AGENT_CUES = "模型 助手 智能体 机器人 代理 爬虫 人工智能 ai gpt chatgpt"
+_SAY_CUES = ("include say tell state write respond reply answer recommend describe mention add append "
+             "output print send ignore disregard forget treat rate summarize summarise report refer obey "
+             "reveal insert present claim call quote translate stop refuse praise promote link direct "
+             "email forward delete run execute")
+# the words of what `act` rules act on (`_SECRET`, `_BELONGINGS`)
+_OBJECT_CUES = ("conversation conversations chat chats transcript transcripts history password passwords "
+                "passcode passcodes credentials api apikey apikeys key keys token tokens secret secrets "
+                "cookies ssh id rsa etc passwd env aws card cards bank social environment vars system "
+                "prompt instructions message session login file files folder folders directory "
+                "directories document documents photo photos picture pictures data e mail mails email "
+                "emails messages contact contacts address inbox mailbox repo repository database account "
+                "accounts drive disk backup backups calendar notes records")
+#: per rule, the words one of which its every match holds; groups split by " / " must all be there
+CUES: tuple[str, ...] = (
+    "note message instruction instructions attention notice directive reminder memo warning request "
+    "task order "
+    "orders command",
+    "dear hey hi hello attention attn okay ok yo listen",
+    _ADDRESSEE_CUES, f"{_ADDRESSEE_CUES} / if",
+    f"{_ADDRESSEE_CUES} / reading read reads processing process processes summarizing summarising summarizes "
+    "summarises parsing parses crawling crawls analyzing analysing ingesting scraping indexing "
+    "seeing viewing",
+    f"{_AGENT_CUES} / {_SAY_CUES}",
+    *["ignore disregard forget override bypass skip drop abandon discard cancel ditch scrap aside following "
+      "follow mind"] * 3,
+    "cancelled canceled void voided revoked changed replaced updated superseded overridden "
+    "withdrawn terminated "
+    "obsolete invalid null rescinded complete completed finished over applies apply valid matter matters"
+    " / your previous prior earlier original current initial existing",
+    "given",
+    "task goal instruction instructions assignment mission objective directive orders purpose",
+    "instruction instructions directive directives command commands",
+    "instruction instructions directive directives orders task tasks command commands rules assignment "
+    "assignments guidance",
+    "now point moment message here",
+    "unfiltered unrestricted uncensored jailbroken evil rogue different new free unbound unlimited unaligned",
+    "act behave respond speak pose roleplay role",
+    "pretend imagine",
+    "ignore disregard bypass break override",
+    "safety content moderation",
+    "restrictions filters guardrails censorship safety content rules",
+    "send forward e mail email upload post transmit share leak copy paste export submit exfiltrate "
+    "sync transfer "
+    f"attach dump include put insert append give / {_OBJECT_CUES}",
+    f"delete erase wipe remove destroy purge empty clear format overwrite shred trash rm / {_OBJECT_CUES}",
+    "reveal print show output repeat disclose display dump echo expose recite leak list return "
+    "provide give tell "
+    f"write type paste quote read / {_OBJECT_CUES} prompts configuration config rules guidelines",
+    "run execute exec eval evaluate invoke launch",
+    "rm",
+    "curl wget powershell base64 tcp nc",
+    "user users human humans reader readers operator operators owner owners customer customers",
+    "secret hidden private confidential",
+    "instruction instructions message messages note notes text texts paragraph paragraphs prompt "
+    "prompts request "
+    "requests",
+    "quietly silently secretly covertly discreetly",
+    "summarize summarise summarizing summarising answer answering respond responding reply replying describe "
+    "describing writing asked",
+    "summary summaries answer answers response responses reply replies output",
+    "respond reply answer",
+    "recommend promote mention suggest endorse praise link refer",
+    "tell inform warn remind convince persuade urge instruct ask",
+    "system developer admin administrator sys", "system developer admin administrator",
+    "system developer admin administrator", "assistant instruction instructions prompt admin",
+    _ZH_AGENT_CUES, _ZH_AGENT_CUES, _ZH_AGENT_CUES, _ZH_AGENT_CUES,
+    "如果你是",
+    "忽略 无视 忘记 忘掉 不要理会 不用理会 不要管 别管 放弃 抛开 跳过 不再遵守 不要遵守 停止遵守 停止执行",
+    "取消 作废 失效 终止 变更 更改 结束 无效 撤销",
+    "任务 指令 指示 命令",
+    "限制 约束 越狱",
+    "发送 发给 转发 上传 提交 传给 发到 发至 泄露 透露 分享 复制 抄送 邮寄 传送 同步 交给 贴到 粘贴",
+    "发送 发给 转发 上传 提交 传给 发到 发至 泄露 透露 分享 复制 抄送 邮寄 传送 同步 交给 贴到 粘贴 "
+    "输出 打印 显示 告诉我 列出",
+    "删除 删掉 清空 清除 抹掉 销毁 格式化 卸载 移除",
+    "执行 运行 启动",
+    "用户 提及 提到 透露 说出",
+    "悄悄 偷偷 秘密",
+    "总结 概括 摘要 回答 回复 描述 介绍",
+    "回答 回复",
+    "总结为 概括为",
+    "告诉 告知 提醒 通知",
+    "系统 管理员 开发者 指令",
+    "系统 管理员 开发者",
+)
+_WORD = re.compile(r"[a-z]+")
+_HAN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+
+
+Group = tuple[int, int]  # (rule index, cue group index)
+
+
+@functools.cache
+def _cue_index() -> tuple[dict[str, frozenset[Group]], tuple[tuple[str, frozenset[Group]], ...],
+                          dict[int, int]]:
+    """(English cue word -> (rule, group) pairs, (Chinese cue, pairs), rule -> number of groups)."""
+    words: dict[str, set[Group]] = {}
+    han: dict[str, set[Group]] = {}
+    groups: dict[int, int] = {}
+    for index, spec in enumerate(CUES):
+        parts = spec.split(" / ")
+        groups[index] = len(parts)
+        for group, cues in enumerate(parts):
+            for cue in cues.split():
+                (words if cue.isascii() else han).setdefault(cue, set()).add((index, group))
+    return ({w: frozenset(g) for w, g in words.items()}, tuple((h, frozenset(g)) for h, g in han.items()),
+            groups)
+
+
+def candidates(text: str) -> set[int]:
+    """The indices of the rules that can match skeleton text `text` (a cue word of each of their
+    groups is there)."""
+    words, han, groups = _cue_index()
+    found: set[Group] = set()
+    for word in words.keys() & set(_WORD.findall(text.lower())):
+        found |= words[word]
+    if not text.isascii() and _HAN.search(text):
+        for cue, pairs in han:
+            if cue in text:
+                found |= pairs
+    seen: dict[int, int] = {}
+    for index, _ in found:
+        seen[index] = seen.get(index, 0) + 1
+    return {index for index, n in seen.items() if n == groups[index]}
 
 
 @functools.cache
@@ -311,7 +457,9 @@ def find(text: str) -> list[Hit]:
     """Every rule match in `text`, read through its skeleton, in text order."""
     skel = skeleton(text)
     hits = []
-    for name, weight, pattern in rules():
+    table = rules()
+    for index in sorted(candidates(skel.text)):
+        name, weight, pattern = table[index]
         for m in pattern.finditer(skel.text):
             if m.end() > m.start():
                 a, b = skel.span(*m.span())
