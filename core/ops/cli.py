@@ -76,10 +76,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     args = build_parser().parse_intermixed_args(argv)
     _WARNINGS.quiet = args.quiet
+    _WARNINGS.shown.clear()  # each run says its warnings once, a second run in one process too
     root = logging.getLogger("compactor")
-    if _WARNINGS not in root.handlers:
+    added = _WARNINGS not in root.handlers
+    propagate = root.propagate
+    if added:
         root.addHandler(_WARNINGS)
         root.propagate = False
+    try:
+        return _run(args)
+    finally:  # a caller running main in its own process (tests, embedders) gets its logging back
+        if added:
+            root.removeHandler(_WARNINGS)
+            root.propagate = propagate
+
+
+def _run(args: argparse.Namespace) -> int:
+    """`_main` with every failure turned into its exit code and one line on stderr."""
     try:
         return _main(args)
     except CompactorError as exc:
