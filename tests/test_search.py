@@ -314,7 +314,7 @@ def test_injection_rules_spare_ordinary_text() -> None:
 def _llm_pipeline(tmp_path: Path, server: FakeOpenAI) -> Path:
     text = (REPO / "pipelines" / "deep-search.yaml").read_text()
     llm = f"{{model: m, base_url: '{server.base_url}', api_key: sk-test, max_retries: 0}}"
-    text = text.replace("steps:\n", f"store: {{path: {tmp_path / 'llm.sqlite'}}}\nllm: {llm}\nsteps:\n")
+    text = text.replace("steps:\n", f"store: {{path: llm.sqlite}}\nllm: {llm}\nsteps:\n")
     step = "  - use: compress.fact_centric\n"
     assert step in text
     head, tail = text.split(step)

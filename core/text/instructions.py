@@ -239,7 +239,9 @@ RULE_SOURCES: tuple[tuple[str, float, str], ...] = (
      rf"{_imperative(_TELL)}\s+(?:the|your)\s+(?:user"
      r"|reader|human|customer|operator)s?\s+(?:that|to)\b"),
     # -- marker: a role or system marker in any dress
-    ("marker", 1.0,
+    # a dressed marker alone is also a spec sheet's "**System:** Ubuntu" or a forum's "[Admin]":
+    # it flags only beside another sign
+    ("marker", 0.5,
      r"(?:#{1,6}[ \t]*|\*\*|__|\[|</?|\{\{?|=+[ \t]*)(?:system|developer|admin(?:istrator)?|sys)"
      r"(?:[ \t]+(?:prompt|message|instructions?|note|notice|override|update|alert|command|directive|mode))?"
      r"[ \t]*(?::[ \t]*(?:\*\*|__)?|\*\*[ \t]*:|\]|>|\}\}?|=+)"),
@@ -248,8 +250,10 @@ RULE_SOURCES: tuple[tuple[str, float, str], ...] = (
      r"|instructions?|directive|command)[ \t]*[:：]"),
     ("marker", 1.0,
      r"(?:^|(?<=[\n.!?]\s{0,3}))(?:system|developer|admin(?:istrator)?)[ \t]*:[ \t]*(?:you|your|ignore|the\s+"
-     r"(?:user|assistant|operator|model)|from\s+now|all|new|override|disregard|forget|important|attention)\b"),
-    ("marker", 1.0, r"</?(?:assistant|instructions?|prompt|admin)>"),
+     r"(?:user|assistant|operator|model)|from\s+now|all\s+(?:previous|prior|earlier|above|instructions?|rules"
+     r"|restrictions)|new\s+(?:instructions?|rules|task|orders|directives?|prompt)|override|disregard|forget"
+     r"|important\s*[:!]|attention)\b"),
+    ("marker", 0.5, r"</?(?:assistant|instructions?|prompt|admin)>"),
     # -- Chinese
     ("addressed", 1.0,
      rf"(?:致|给|告诉|通知|提醒|注意|各位|亲爱的|嘿|你好)[，,、\s]*(?:所有|各位|任何)?的?{_ZH_AGENT}们?"
@@ -276,7 +280,8 @@ RULE_SOURCES: tuple[tuple[str, float, str], ...] = (
     ("override", 1.0,
      r"你(?:现在)?(?:是|将是|变成|成为)(?:一个|一名)?(?:没有(?:任何)?限制|不受(?:任何)?限制|无限制|不受约束|越狱)"),
     ("act", 1.0,
-     rf"(?:把|将)(?<={_ZH_START}{_ZH_ADVERBS}(?:把|将))[^。！？\n]{{0,20}}?{_ZH_SECRET}[^。！？\n]{{0,12}}?{_ZH_SEND}"),
+     rf"(?:把|将)(?<={_ZH_START}{_ZH_ADVERBS}(?:把|将))[^。！？\n]{{0,20}}?{_ZH_SECRET}[^。！？\n]{{0,12}}?"
+     rf"(?:{_ZH_SEND}|告诉|输出|打印|显示|列出|给我)"),
     ("act", 1.0,
      rf"(?:{_ZH_SEND}|输出|打印|显示|告诉我|列出)(?<={_ZH_START}{_ZH_ADVERBS}(?:{_ZH_SEND}|输出|打印|显示|告诉我|列出))"
      r"(?!了|过)[^。！？\n]{{0,12}}?"
@@ -295,9 +300,9 @@ RULE_SOURCES: tuple[tuple[str, float, str], ...] = (
     ("steer", 1.0, r"(?:回答|回复)(?:任何|所有|每个)?问题(?:前|之前)"),
     ("steer", 1.0, r'(?:内容|本文|本页|文章)(?:总结|概括)为(?=[“「『"])'),
     ("steer", 0.5, r"(?:应当|应该|必须|务必|要)(?:告诉|告知|提醒|通知)(?:读者|用户)"),
-    ("marker", 1.0,
+    ("marker", 0.5,
      r"[【\[［<《]\s*(?:系统|系统消息|系统提示|系统指令|管理员|开发者|指令)\s*[】\]］>》]"),
-    ("marker", 1.0, r"(?:^|(?<=[\n。！？]))\s*(?:系统|管理员|开发者)(?:消息|提示|指令)?\s*[:：]"),
+    ("marker", 0.5, r"(?:^|(?<=[\n。！？]))\s*(?:系统|管理员|开发者)(?:消息|提示|指令)?\s*[:：]"),
 )
 
 # The words each rule's every match holds, one of them at least (English: whole words of the
@@ -381,7 +386,8 @@ CUES: tuple[str, ...] = (
     "取消 作废 失效 终止 变更 更改 结束 无效 撤销",
     "任务 指令 指示 命令",
     "限制 约束 越狱",
-    "发送 发给 转发 上传 提交 传给 发到 发至 泄露 透露 分享 复制 抄送 邮寄 传送 同步 交给 贴到 粘贴",
+    "发送 发给 转发 上传 提交 传给 发到 发至 泄露 透露 分享 复制 抄送 邮寄 传送 同步 交给 贴到 粘贴 "
+    "告诉 输出 打印 显示 列出 给我",
     "发送 发给 转发 上传 提交 传给 发到 发至 泄露 透露 分享 复制 抄送 邮寄 传送 同步 交给 贴到 粘贴 "
     "输出 打印 显示 告诉我 列出",
     "删除 删掉 清空 清除 抹掉 销毁 格式化 卸载 移除",
