@@ -23,8 +23,9 @@ called. Observers (timing, tracing, monitoring) wrap the run-level hooks instead
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pluggy
 
@@ -122,13 +123,7 @@ def compactor_step(step: StepSpec, context: Context, run: Run) -> Context | None
     the step's record (tokens in and out, time, details), filled in by the built-in observer."""
 
 
-STAGE_HOOKS: dict[str, str] = {
-    "clean": "compactor_clean",
-    "chunk": "compactor_chunk",
-    "classify": "compactor_classify",
-    "score": "compactor_score",
-    "compress": "compactor_compress",
-    "validate": "compactor_validate",
-    "fallback": "compactor_fallback",
-    "render": "compactor_render",
-}
+#: The pipeline stages, in pipeline order: the one declaration of them. A component's `stage` is one
+#: of these, and its stage hook is `compactor_<stage>` (defined above, one per stage).
+Stage = Literal["clean", "chunk", "classify", "score", "compress", "validate", "fallback", "render"]
+STAGE_HOOKS: dict[str, str] = {stage: f"compactor_{stage}" for stage in typing.get_args(Stage)}

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import regex
 
-from compactor.components import Component
+from compactor.components import Component, param
 from compactor.document import Chunk, Context, Source, chunk_id
 from compactor.formats.messages import message_chunks
 from compactor.hookspecs import hookimpl
@@ -19,14 +19,21 @@ from compactor.text.tokens import TokenCounter
 _PARAGRAPH_BREAK = regex.compile(r"\n[ \t]*\n\s*")
 
 
-def _size_problems(params: dict[str, object]) -> list[str]:
-    size, overlap = params["size"], params["overlap"]
-    problems = []
-    if not isinstance(size, int) or size < 8:
-        problems.append("size must be at least 8 tokens")
-    elif not isinstance(overlap, int) or not 0 <= overlap < size:
-        problems.append(f"overlap must be at least 0 and smaller than the size ({size})")
-    return problems
+class _Sized(Component):
+    """What every chunker declares: `size` tokens per chunk, at least 8."""
+
+    size: int = param(512, ge=8, unit="tokens", doc="tokens per chunk")
+
+
+class _Overlapping(_Sized):
+    """A chunker whose chunks may repeat the end of the one before, up to `overlap` tokens."""
+
+    overlap: int = param(0, doc="tokens repeated from the previous chunk")
+
+    def check(self) -> list[str]:
+        if 0 <= self.overlap < self.size:
+            return []
+        return [f"overlap must be at least 0 and smaller than the size ({self.size})"]
 
 
 Cut = list[tuple[int, int, int, tuple[int, int] | None]]  # start, end, tokens, units
@@ -54,7 +61,7 @@ def _chunked(context: Context, cut: Callable[[str], Cut]) -> Context:
     return context.evolve(chunks=tuple(chunks), segments=())
 
 
-class TokenChunker(Component):
+class TokenChunker(_Overlapping):
     """Windows of `size` tokens with `overlap`, cut at sentence ends or whitespace when possible.
 
     Example: `{use: chunk.tokens, with: {size: 8000, overlap: 400}}` (the seeds' map-reduce sizes).
@@ -64,11 +71,7 @@ class TokenChunker(Component):
     stage = "chunk"
     provides = ("chunks",)
 
-    def __init__(self, *, size: int = 512, overlap: int = 64) -> None:
-        self.size = size
-        self.overlap = overlap
-
-    check_params = staticmethod(_size_problems)
+    overlap: int = param(64, doc="tokens repeated from the previous chunk")
 
     @hookimpl
     def compactor_chunk(self, context: Context, run: Run) -> Context:
@@ -77,7 +80,7 @@ class TokenChunker(Component):
         ])
 
 
-class SentenceChunker(Component):
+class SentenceChunker(_Overlapping):
     """Whole sentences packed up to `size` tokens (Punkt for English, rules for Chinese).
 
     `overlap` repeats trailing sentences of the previous chunk, up to that many tokens. With
@@ -89,12 +92,8 @@ class SentenceChunker(Component):
     stage = "chunk"
     provides = ("chunks",)
 
-    def __init__(self, *, size: int = 256, overlap: int = 0, pack: bool = True) -> None:
-        self.size = size
-        self.overlap = overlap
-        self.pack = pack
-
-    check_params = staticmethod(_size_problems)
+    size: int = param(256, ge=8, unit="tokens", doc="tokens per chunk")
+    pack: bool = param(True, doc="pack sentences up to size (false: one chunk per sentence)")
 
     @hookimpl
     def compactor_chunk(self, context: Context, run: Run) -> Context:
@@ -118,25 +117,19 @@ def paragraph_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-class ParagraphChunker(Component):
+class ParagraphChunker(_Overlapping):
     """Whole paragraphs packed up to `size` tokens; long paragraphs are cut by token windows."""
 
     name = "chunk.paragraphs"
     stage = "chunk"
     provides = ("chunks",)
 
-    def __init__(self, *, size: int = 512, overlap: int = 0) -> None:
-        self.size = size
-        self.overlap = overlap
-
-    check_params = staticmethod(_size_problems)
-
     @hookimpl
     def compactor_chunk(self, context: Context, run: Run) -> Context:
         return _chunked(context, lambda text: paragraph_cut(text, run.counter, self.size, self.overlap))
 
 
-class MessageChunker(Component):
+class MessageChunker(_Sized):
     """One chunk per conversation message, so chunk `i` of a history is message `i` and the store can
     give any message back by its id; its token count is the message's cost in a chat request. Other
     sources are packed by paragraphs up to `size` tokens."""
@@ -144,14 +137,6 @@ class MessageChunker(Component):
     name = "chunk.messages"
     stage = "chunk"
     provides = ("chunks",)
-
-    def __init__(self, *, size: int = 512) -> None:
-        self.size = size
-
-    @staticmethod
-    def check_params(params: dict[str, object]) -> list[str]:
-        size = params["size"]
-        return [] if isinstance(size, int) and size >= 8 else ["size must be at least 8 tokens"]
 
     @hookimpl
     def compactor_chunk(self, context: Context, run: Run) -> Context:
@@ -173,16 +158,13 @@ class MessageChunker(Component):
         return context.evolve(sources=tuple(sources), chunks=tuple(chunks), segments=())
 
 
-class SegmentChunker(Component):
+class SegmentChunker(_Sized):
     """One chunk per transcript segment (chunk `i` is the source's segment `i`); other sources are
     packed by paragraphs up to `size` tokens."""
 
     name = "chunk.segments"
     stage = "chunk"
     provides = ("chunks",)
-
-    def __init__(self, *, size: int = 512) -> None:
-        self.size = size
 
     @hookimpl
     def compactor_chunk(self, context: Context, run: Run) -> Context:

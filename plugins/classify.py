@@ -26,7 +26,7 @@ from typing import Any
 import regex
 import yaml
 
-from compactor.components import Component, DataPath
+from compactor.components import Component, DataPath, param
 from compactor.document import Chunk, Context, frozen_mapping
 from compactor.hookspecs import hookimpl
 from compactor.run import Run
@@ -165,9 +165,10 @@ class RuleClassifier(Component):
     requires = ("chunks",)
     provides = ("labels",)
 
-    def __init__(self, *, patterns: DataPath | None = None) -> None:
-        self.patterns = patterns
-        self.tables = load_tables(patterns)
+    patterns: DataPath | None = param(None, doc="a pattern table (YAML) in place of the built-in one")
+
+    def __post_init__(self) -> None:
+        self.tables = load_tables(self.patterns)
 
     @hookimpl
     def compactor_classify(self, context: Context, run: Run) -> dict[str, dict[str, Any]]:
@@ -416,23 +417,20 @@ class InjectionClassifier(Component):
     requires = ("chunks",)
     provides = ("labels",)
 
-    def __init__(self, *, threshold: float = 0.8, rules: DataPath | None = None) -> None:
-        self.threshold = threshold
-        self.rules = load_rules(rules)
+    threshold: float = param(0.8, gt=0, doc="the score a chunk must reach to be flagged")
+    rules: DataPath | None = param(None, doc="a rules table (YAML) in place of the built-in one")
 
-    @staticmethod
-    def check_params(params: dict[str, Any]) -> list[str]:
-        threshold = params["threshold"]
-        return [] if threshold > 0 else [f"threshold must be greater than 0, not {threshold}"]
+    def __post_init__(self) -> None:
+        self.rule_table = load_rules(self.rules)
 
     @hookimpl
     def compactor_classify(self, context: Context, run: Run) -> dict[str, dict[str, Any]]:
         labels: dict[str, dict[str, Any]] = {}
         for chunk in context.chunks:
-            finding = scan(chunk.text, self.rules)
+            finding = scan(chunk.text, self.rule_table)
             if finding and finding["score"] >= self.threshold:
                 spans = [[chunk.start + a, chunk.start + b]
-                         for a, b in injected_spans(chunk.text, self.rules)]
+                         for a, b in injected_spans(chunk.text, self.rule_table)]
                 labels[chunk.id] = {"injection": {**finding, "spans": spans}}
         run.note("flagged", sorted(labels))
         return labels

@@ -11,9 +11,9 @@ warns on stderr.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from compactor.components import Component, DataPath, score_value
+from compactor.components import Component, DataPath, param, score_value
 from compactor.document import Chunk, Context, Segment, frozen_mapping
 from compactor.errors import LLMError
 from compactor.hookspecs import hookimpl
@@ -52,23 +52,18 @@ class LLMFallback(Component):
     requires = ("chunks",)
     provides = ("segments",)
 
-    def __init__(self, *, policy: Policy = "explicit", prompt: DataPath | None = None,
-                 language: Literal["auto", "en", "zh"] = "auto", max_input_tokens: int = 12000,
-                 min_coverage: float = llm_guard.DEFAULT_MIN_COVERAGE) -> None:
-        self.policy = policy
-        self.prompt = prompt
-        self.language = language
-        self.max_input_tokens = max_input_tokens
-        self.min_coverage = min_coverage
+    policy: Policy = param("explicit", doc="when the fallback runs")
+    prompt: DataPath | None = param(None, doc="a prompt file with a {content} placeholder")
+    language: Literal["auto", "en", "zh"] = param("auto", doc="the prompt's language")
+    max_input_tokens: int = param(12000, gt=0, doc="tokens of chunks the LLM reads at most")
+    min_coverage: float = param(llm_guard.DEFAULT_MIN_COVERAGE, ge=0, le=1,
+                                doc="share of the input's key content the reply must keep")
 
-    @classmethod
-    def check_params(cls, params: dict[str, Any]) -> list[str]:
-        """Problems with the parameters, reported with the pipeline's other config errors."""
-        problems = llm_guard.check_min_coverage(params["min_coverage"])
-        if params["max_input_tokens"] <= 0:
-            problems.append("max_input_tokens must be greater than 0")
-        if params["prompt"] is not None:
-            path = Path(params["prompt"])
+    def check(self) -> list[str]:
+        """The prompt file must be readable and hold the content placeholder."""
+        problems: list[str] = []
+        if self.prompt is not None:
+            path = Path(self.prompt)
             try:
                 text = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:

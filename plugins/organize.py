@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from compactor.components import Component, DataPath
+from compactor.components import Component, DataPath, param
 from compactor.document import Context, Segment, Source, TranscriptSegment, chunk_id, frozen_mapping
 from compactor.errors import InputError
 from compactor.formats.transcripts import overview, spoken
@@ -122,29 +122,23 @@ class HierarchicalOrganizer(Component):
     requires = ("chunks",)
     provides = ("segments",)
 
-    def __init__(self, *, max_length: int | None = 2000, unit: Unit = "chars", language: Literal[
-            "auto", "en", "zh"] = "auto", llm: bool = False, prompt: DataPath | None = None,
-                 max_input_tokens: int = 12000, overview: bool = False,
-                 on_llm_failure: OnFailure = "rules") -> None:
-        if on_llm_failure not in ("overview", "rules"):
-            raise InputError(f"on_llm_failure must be 'overview' or 'rules', not {on_llm_failure!r}")
-        self.max_length = max_length
-        self.unit = unit
-        self.language = language
-        self.llm = llm
-        self.prompt = prompt
-        self.max_input_tokens = max_input_tokens
-        self.overview = overview
-        self.on_llm_failure = on_llm_failure
+    max_length: int | None = param(2000, doc="the result's length at most, in `unit`s")
+    unit: Unit = param("chars", doc="what max_length counts")
+    language: Literal["auto", "en", "zh"] = param("auto", doc="the labels' language")
+    llm: bool = param(False, doc="rewrite the selection with the LLM")
+    prompt: DataPath | None = param(None, doc="a prompt file in place of the built-in one")
+    max_input_tokens: int = param(12000, doc="tokens the LLM reads at most")
+    overview: bool = param(False, doc="put the file overview line on top")
+    on_llm_failure: OnFailure = param("rules", doc="what a failed LLM pass gives")
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
-        options = dict(context.state.get(TranscriptOptions, TranscriptOptions()).values)
-        unit: Unit = options.get("unit") or self.unit
-        max_length = options.get("max_length", self.max_length)
-        on_failure = options.get("on_llm_failure") or self.on_llm_failure
-        if on_failure not in ("overview", "rules"):
-            raise InputError(f"on_llm_failure must be 'overview' or 'rules', not {on_failure!r}")
+        # run options (`TranscriptOptions`) stand in for parameters, checked as a pipeline file's are
+        return self.overridden(context.state.get(TranscriptOptions, TranscriptOptions()).values)._organise(
+            context, run)
+
+    def _organise(self, context: Context, run: Run) -> Context:
+        unit, max_length, on_failure = self.unit, self.max_length, self.on_llm_failure
         budget = context.resolved_budget()
         files = [s for s in context.sources if s.kind == "transcript" and s.segments]
         if not files:
@@ -167,7 +161,7 @@ class HierarchicalOrganizer(Component):
 
         lines = {s.id: _lines(s, context, run) for s in files}
         summary = overview(files, lang == "zh")
-        head = summary if bool(options.get("overview", self.overview)) else None
+        head = summary if self.overview else None
         organised = [layout(s.uri or s.id, lines[s.id], lang) for s in files]
         if fits("\n\n".join(_with(head, organised))):
             run.note("mode", "organised")
@@ -184,7 +178,7 @@ class HierarchicalOrganizer(Component):
             kept = {s.id: [] for s in files}
             head = None
         mode = "rules"
-        if bool(options.get("llm", self.llm)):
+        if self.llm:
             limit_text = f"{max_length} {'characters' if unit == 'chars' else 'tokens'}"
             reply = self._llm(context.query or "", summary, "\n\n".join(organised),
                               lambda text: fits("\n\n".join(_with(head, [text]))), limit_text, lang, run)

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from compactor.components import Component
+from compactor.components import Component, param
 from compactor.document import Context, Segment, Source, frozen_mapping
 from compactor.errors import InputError
 from compactor.formats.compaction import assemble
@@ -196,8 +196,7 @@ class FootnoteRenderer(Component):
     name = "render.footnotes"
     stage = "render"
 
-    def __init__(self, *, heading: str | None = None) -> None:
-        self.heading = heading
+    heading: str | None = param(None, doc="the references heading (default: by the language)")
 
     @hookimpl
     def compactor_render(self, context: Context, run: Run) -> str:

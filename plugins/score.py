@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import regex
 
-from compactor.components import Component, ScoreSet
+from compactor.components import Component, ScoreSet, param
 from compactor.document import Chunk, Context
 from compactor.hookspecs import hookimpl
 from compactor.run import Run
@@ -121,29 +121,26 @@ class RelevanceScorer(Component):
     requires = ("chunks",)
     provides = ("scores",)
 
-    def __init__(self, *, k1: float = 1.2, b: float = 0.75, passage_weight: float = 0.3,
-                 neighbor_weight: float = 0.1, lead_weight: float = 0.1, answer_type: float = 0.2,
-                 hops: int = 2, hop_seeds: int = 5, bridge_terms: int = 4) -> None:
-        self.settings = rel.Settings(k1=k1, b=b, passage_weight=passage_weight,
-                                     neighbor_weight=neighbor_weight, lead_weight=lead_weight,
-                                     answer_type=answer_type, hops=hops, hop_seeds=hop_seeds,
-                                     bridge_terms=bridge_terms)
+    k1: float = param(1.2, doc="BM25 term-frequency saturation")
+    b: float = param(0.75, doc="BM25 length normalisation")
+    passage_weight: float = param(0.3, ge=0, doc="weight of the passage's BM25")
+    neighbor_weight: float = param(0.1, ge=0, doc="weight of the neighbours' relevance")
+    lead_weight: float = param(0.1, doc="weight of a passage's lead")
+    answer_type: float = param(0.2, doc="weight of answer-type cues")
+    hops: int = param(2, ge=0, doc="bridge hops for multi-hop questions")
+    hop_seeds: int = param(5, ge=0, doc="best first-hop chunks a hop reads names from")
+    bridge_terms: int = param(4, ge=0, doc="names a hop adds to the query")
 
-    @staticmethod
-    def check_params(params: dict[str, Any]) -> list[str]:
-        problems = []
-        if params["passage_weight"] + params["neighbor_weight"] > 1 or min(
-                params["passage_weight"], params["neighbor_weight"]) < 0:
-            problems.append("passage_weight and neighbor_weight must be >= 0 and add up to at most 1")
-        if params["hops"] < 0 or params["hop_seeds"] < 0 or params["bridge_terms"] < 0:
-            problems.append("hops, hop_seeds and bridge_terms must be >= 0")
-        return problems
+    def check(self) -> list[str]:
+        if self.passage_weight + self.neighbor_weight > 1:
+            return ["passage_weight and neighbor_weight must add up to at most 1"]
+        return []
 
-    def __getattr__(self, name: str) -> Any:  # parameters read back by --print-config / repr
-        settings = self.__dict__.get("settings")
-        if settings is not None and hasattr(settings, name):
-            return getattr(settings, name)
-        raise AttributeError(name)
+    def __post_init__(self) -> None:
+        self.settings = rel.Settings(k1=self.k1, b=self.b, passage_weight=self.passage_weight,
+                                     neighbor_weight=self.neighbor_weight, lead_weight=self.lead_weight,
+                                     answer_type=self.answer_type, hops=self.hops, hop_seeds=self.hop_seeds,
+                                     bridge_terms=self.bridge_terms)
 
     @hookimpl
     def compactor_score(self, context: Context, run: Run) -> ScoreSet | None:
@@ -173,12 +170,16 @@ class ImportanceScorer(Component):
     requires = ("chunks",)
     provides = ("scores",)
 
-    def __init__(self, *, criticality: float = 0.35, dependency: float = 0.25, uniqueness: float = 0.2,
-                 actionability: float = 0.2) -> None:
-        # seed 004's ImportanceRanker: 0.35 criticality + 0.25 dependency + 0.20 uniqueness
-        # + 0.20 actionability
-        self.weights = {"criticality": criticality, "dependency": dependency,
-                        "uniqueness": uniqueness, "actionability": actionability}
+    criticality: float = param(0.35, doc="weight of errors, musts and warnings")
+    dependency: float = param(0.25, doc="weight of names other chunks refer to")
+    uniqueness: float = param(0.2, doc="weight of rare terms")
+    actionability: float = param(0.2, doc="weight of classify.rules' actionability")
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """The four weights by feature name (their sum normalises the score)."""
+        return {"criticality": self.criticality, "dependency": self.dependency,
+                "uniqueness": self.uniqueness, "actionability": self.actionability}
 
     @hookimpl
     def compactor_score(self, context: Context, run: Run) -> ScoreSet:
@@ -238,14 +239,8 @@ class RecencyScorer(Component):
     requires = ("chunks",)
     provides = ("scores",)
 
-    def __init__(self, *, mode: Literal["position", "timestamp"] = "position",
-                 half_life: float = 0.5) -> None:
-        self.mode = mode
-        self.half_life = half_life
-
-    @staticmethod
-    def check_params(params: dict[str, Any]) -> list[str]:
-        return [] if params["half_life"] > 0 else ["half_life must be greater than 0"]
+    mode: Literal["position", "timestamp"] = param("position", doc="age by position or by timestamp")
+    half_life: float = param(0.5, gt=0, doc="a share of the source (position) or seconds (timestamp)")
 
     @hookimpl
     def compactor_score(self, context: Context, run: Run) -> ScoreSet:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from compactor.components import Component, score_value
+from compactor.components import Component, param, score_value
 from compactor.document import Chunk, Context
 from compactor.hookspecs import hookimpl
 from compactor.run import Run
@@ -132,9 +132,8 @@ class LossValidator(Component):
     requires = ("chunks",)
     provides = (LossReport,)
 
-    def __init__(self, *, min_retention: float = 0.5, important: float = 0.8) -> None:
-        self.min_retention = min_retention
-        self.important = important
+    min_retention: float = param(0.5, doc="the retention below which the report fails")
+    important: float = param(0.8, doc="the score from which a chunk counts as important")
 
     @hookimpl
     def compactor_validate(self, context: Context, run: Run) -> dict[str, Any]:
@@ -154,27 +153,16 @@ class RatioController(Component):
     requires = ("segments",)
     provides = (BudgetShare,)
 
-    def __init__(self, *, max_attempts: int = 2, step: float = 0.15,
-                 expand_on: list[str] | None = None, min_fill: float = 0.0) -> None:
-        self.max_attempts = max_attempts
-        self.step = step
-        self.expand_on = expand_on if expand_on is not None else ["severe"]
-        self.min_fill = min_fill
+    max_attempts: int = param(2, ge=0, le=10, doc="retries at most")
+    step: float = param(0.15, gt=0, le=1, doc="how much the budget share changes per retry")
+    expand_on: list[str] | None = param(None, choices=LEVELS,
+                                        doc="loss levels that ask for a larger share (default: severe)")
+    min_fill: float = param(0.0, ge=0, lt=1, doc="the share of the budget the result must fill")
 
-    @staticmethod
-    def check_params(params: dict[str, Any]) -> list[str]:
-        problems = []
-        if not 0 <= params["max_attempts"] <= 10:
-            problems.append("max_attempts must be between 0 and 10")
-        if not 0 < params["step"] <= 1:
-            problems.append("step must be in (0, 1]")
-        min_fill = params.get("min_fill", 0.0)
-        if isinstance(min_fill, bool) or not isinstance(min_fill, int | float) or not 0 <= min_fill < 1:
-            problems.append("min_fill must be in [0, 1)")
-        bad = [x for x in params["expand_on"] or [] if x not in LEVELS]
-        if bad:
-            problems.append(f"expand_on: unknown level(s) {bad}; choose from {', '.join(LEVELS)}")
-        return problems
+    @property
+    def levels(self) -> list[str]:
+        """The loss levels that ask for a larger share."""
+        return list(self.expand_on) if self.expand_on is not None else ["severe"]
 
     @hookimpl
     def compactor_validate(self, context: Context, run: Run) -> dict[str, Any]:
@@ -190,12 +178,12 @@ class RatioController(Component):
         attempts.append(attempt)
         report: dict[str, Any] = {"attempts": attempts, "share": share, "action": "accept"}
         if len(attempts) > self.max_attempts:
-            report["action"] = "give_up" if loss.get("level") in self.expand_on else "accept"
+            report["action"] = "give_up" if loss.get("level") in self.levels else "accept"
             return report
         if budget is not None and tokens > budget:
             report.update(action="tighten", retry={"budget_share": round(share * budget / tokens * 0.97, 4),
                                                    "ratio_attempts": attempts})
-        elif loss.get("level") in self.expand_on and share < 1.0:
+        elif loss.get("level") in self.levels and share < 1.0:
             report.update(action="expand", retry={"budget_share": min(1.0, round(share + self.step, 4)),
                                                   "ratio_attempts": attempts})
         elif budget is not None and tokens < self.min_fill * budget:
