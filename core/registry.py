@@ -6,6 +6,12 @@ entry points in the `compactor` group load too, unless `COMPACTOR_DISABLE_PLUGIN
 autoload is off). `COMPACTOR_TRACE_HOOKS=1` prints every hook call to stderr, credentials redacted.
 A plugin that fails to import or register is recorded as broken and only fails pipelines that use
 its components.
+
+A plugin object registers once however it arrives (an installed entry point that a test or a caller
+also passes in `plugins=`); a component name claimed by two different classes belongs to neither, and
+a pipeline naming it is refused with both claimants. The observer hooks (`compactor_run`,
+`compactor_step`) take wrappers only: a plain implementation would stand in for the run or the step
+and hand back its input, so it is refused when the plugin is loaded.
 """
 
 from __future__ import annotations
@@ -24,11 +30,13 @@ import pluggy
 
 from compactor import hookspecs
 from compactor.components import Component, validate_component_class
-from compactor.errors import PluginError
+from compactor.errors import ConfigError, PluginError
 
 ENTRY_POINT_GROUP = "compactor"
 BUILTIN_DISTRIBUTION = "compactor"
 BUILTIN_MODULE = "compactor.plugins"
+#: The hooks that observe runs rather than do a stage's work: implemented as wrappers only.
+OBSERVER_HOOKS = frozenset({"compactor_run", "compactor_step"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +77,8 @@ class Registry:
     pm: pluggy.PluginManager
     components: dict[str, ComponentInfo] = field(default_factory=dict)
     broken: list[BrokenPlugin] = field(default_factory=list)
+    #: Names two different plugins claim, with every claimant: usable by neither.
+    contested: dict[str, list[ComponentInfo]] = field(default_factory=dict)
 
     def get(self, name: str) -> ComponentInfo:
         """The component called `name`, or a PluginError with a suggestion and the choices."""
@@ -78,7 +88,14 @@ class Registry:
         raise PluginError(self.unknown_message(name))
 
     def unknown_message(self, name: str, stage: str | None = None) -> str:
-        """'unknown component' text with "did you mean" and the list of choices."""
+        """'unknown component' text with "did you mean" and the list of choices (or, for a name
+        two plugins claim, who claims it)."""
+        claimants = self.contested.get(name)
+        if claimants:
+            who = " and ".join(f"plugin {c.plugin!r} from {c.distribution} {c.dist_version}"
+                               for c in claimants)
+            return (f"component {name!r} is claimed by {who}: uninstall one of them or rename "
+                    f"its component")
         choices = sorted(n for n, c in self.components.items() if stage is None or c.stage == stage)
         message = f"unknown component {name!r}."
         close = difflib.get_close_matches(name, choices or list(self.components), n=1, cutoff=0.6)
@@ -129,6 +146,9 @@ def build_registry(
             continue
         try:
             module = ep.load()
+            if pm.is_registered(module):  # two entry points naming one module: loaded once
+                continue
+            refuse_plain_observers(pm, module, ep.name)
             pm.register(module, name=ep.name)
         except Exception as exc:
             registry.broken.append(BrokenPlugin(ep.name, dist, version, f"{type(exc).__name__}: {exc}"))
@@ -140,7 +160,12 @@ def build_registry(
         pm.register(importlib.import_module(BUILTIN_MODULE), name="builtins")
         origins["builtins"] = (BUILTIN_DISTRIBUTION, _own_version())
     for index, plugin in enumerate(plugins):
-        name = getattr(plugin, "__name__", None) or f"extra-{index}"
+        if pm.is_registered(plugin):
+            # an installed plugin also passed here (a plugin's own tests list it): it keeps the
+            # origin its entry point gave it
+            continue
+        name = _free_name(pm, getattr(plugin, "__name__", None) or f"extra-{index}")
+        refuse_plain_observers(pm, plugin, name)
         pm.register(plugin, name=name)
         origins[name] = ("<python>", "-")
 
@@ -149,6 +174,54 @@ def build_registry(
         pm.trace.root.setwriter(_redacted_writer(env))
         pm.enable_tracing()
     return registry
+
+
+def _free_name(pm: pluggy.PluginManager, name: str) -> str:
+    """`name`, or `name#2`, `name#3`... when another plugin object already has it."""
+    candidate, n = name, 1
+    while pm.has_plugin(candidate):
+        n += 1
+        candidate = f"{name}#{n}"
+    return candidate
+
+
+def plain_observer_hooks(pm: pluggy.PluginManager, plugin: object) -> list[str]:
+    """The observer hooks `plugin` (a module, an instance or a class) implements without being a
+    wrapper, found the way pluggy finds hookimpls (a `specname` counts)."""
+    found: set[str] = set()
+    for attr in dir(plugin):
+        opts = pm.parse_hookimpl_opts(plugin, attr)
+        if opts is None:
+            continue
+        hook = opts.get("specname") or attr
+        if hook in OBSERVER_HOOKS and not (opts.get("wrapper") or opts.get("hookwrapper")):
+            found.add(hook)
+    return sorted(found)
+
+
+def plain_observer_message(plugin: str, hook: str) -> str:
+    """Why a plain observer hook is refused, and what to write instead."""
+    return (f"plugin {plugin!r}: {hook} is an observer hook and must be a wrapper: declare it "
+            f"`@hookimpl(wrapper=True)` and hand back what `yield` gives (`result = yield` ... "
+            f"`return result`); a plain {hook} would replace the "
+            f"{'run' if hook == 'compactor_run' else 'step'} and its output")
+
+
+def refuse_plain_observers(pm: pluggy.PluginManager, plugin: object, name: str) -> None:
+    """Raise ConfigError before `plugin` registers if an observer hook of it is not a wrapper:
+    registered, it would silently stand in for every step (or run) and empty the output."""
+    plain = plain_observer_hooks(pm, plugin)
+    if plain:
+        raise ConfigError(plain_observer_message(_label(plugin, name), plain[0]))
+
+
+def _label(plugin: object, name: str) -> str:
+    """How an error names a plugin: a module by its name, an instance by its class as well (its
+    registered name, `extra-N`, says nothing to the author)."""
+    if hasattr(plugin, "__name__"):
+        return name
+    kind = type(plugin)
+    return f"{name} ({kind.__module__}.{kind.__qualname__})"
 
 
 def _redacted_writer(env: Mapping[str, str]) -> Any:
@@ -170,12 +243,17 @@ def _own_version() -> str:
 
 
 def _offer(
-    offered: list[ComponentInfo], plugin: str, dist: str, version: str, cls: type[Component]
+    pm: pluggy.PluginManager, offered: list[ComponentInfo], plugin: str, dist: str, version: str,
+    cls: type[Component],
 ) -> None:
-    """The `register` callable plugins receive: validates, then records the class."""
+    """The `register` callable plugins receive: validates, then records the class. A component is
+    registered with each step that uses it, so its observer hooks must be wrappers too."""
     problem = validate_component_class(cls)
     if problem:
         raise PluginError(problem)
+    plain = plain_observer_hooks(pm, cls) if isinstance(cls, type) else []
+    if plain:
+        raise ConfigError(plain_observer_message(plugin, plain[0]) + f" (component {cls.name!r})")
     offered.append(ComponentInfo(cls, plugin, dist, version))
 
 
@@ -186,7 +264,7 @@ def _collect_components(registry: Registry, origins: dict[str, tuple[str, str]])
         plugin_name = impl.plugin_name
         dist, version = origins.get(plugin_name, ("unknown", "?"))
         offered: list[ComponentInfo] = []
-        register = functools.partial(_offer, offered, plugin_name, dist, version)
+        register = functools.partial(_offer, registry.pm, offered, plugin_name, dist, version)
         try:
             impl.function(register)
         except Exception as exc:
@@ -195,15 +273,25 @@ def _collect_components(registry: Registry, origins: dict[str, tuple[str, str]])
             )
             continue
         for info in offered:
-            existing = registry.components.get(info.name)
-            if existing is not None and existing.cls is not info.cls:
-                registry.broken.append(
-                    BrokenPlugin(
-                        plugin_name,
-                        dist,
-                        version,
-                        f"component {info.name!r} is already registered by {existing.distribution}",
-                    )
-                )
-                continue
-            registry.components[info.name] = info
+            _claim(registry, info)
+
+
+def _claim(registry: Registry, info: ComponentInfo) -> None:
+    """Record `info` under its name. The same class offered again (one plugin reachable two ways)
+    keeps its first origin; a different class under a taken name makes the name contested, and
+    the later plugin is also listed as broken so `--list-plugins` shows the clash."""
+    existing = registry.components.get(info.name)
+    claimants = registry.contested.get(info.name, [])
+    if any(c.cls is info.cls for c in ([existing] if existing else []) + claimants):
+        return
+    if existing is None and not claimants:
+        registry.components[info.name] = info
+        return
+    first = existing or claimants[0]
+    registry.broken.append(BrokenPlugin(
+        info.plugin, info.distribution, info.dist_version,
+        f"component {info.name!r} is already registered by {first.distribution} "
+        f"(plugin {first.plugin!r})",
+    ))
+    registry.contested[info.name] = [*([existing] if existing else claimants), info]
+    registry.components.pop(info.name, None)

@@ -37,11 +37,13 @@ A malformed case file raises `compactor.ConfigError` with its file and line.
 Without `before`/`after`, the steps around the component follow its stage: a chunker before
 classify/score/compress steps, a scorer and `compress.select` before later stages.
 
-Use in a plugin's own tests (no conftest needed)::
+Use in a plugin's own tests (no conftest needed); a relative path is read from the folder of the
+test file that calls `parametrize`, wherever pytest runs from, and a folder without case files is
+an error at collection rather than a test that never runs::
 
     from compactor.testing import parametrize, run_case
 
-    @parametrize("tests/cases")
+    @parametrize("cases")             # tests/cases/*.yaml beside this test file
     def test_case(case):
         run_case(case)
 """
@@ -51,6 +53,7 @@ from __future__ import annotations
 import importlib
 import os
 import pathlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -163,9 +166,15 @@ def _load_file(path: pathlib.Path, plugins: tuple[Any, ...]) -> list[Case]:
 
 
 def load_cases(path: str | os.PathLike[str], *, plugins: tuple[Any, ...] = ()) -> list[Case]:
-    """Every case of a case file, or of every `*.yaml` file in a folder (sorted by name)."""
+    """Every case of a case file, or of every `*.yaml` file in a folder (sorted by name). A path
+    that does not exist, or a folder without case files, is a ConfigError: either would otherwise
+    test nothing and pass."""
     root = pathlib.Path(path)
+    if not root.exists():
+        raise _bad(str(root), None, "no such case file or folder")
     files = sorted(root.glob("*.yaml")) + sorted(root.glob("*.yml")) if root.is_dir() else [root]
+    if not files:
+        raise _bad(str(root), None, "no case files (*.yaml, *.yml) in this folder")
     return [case for file in files for case in _load_file(file, plugins)]
 
 
@@ -343,8 +352,26 @@ def _check(case: Case, expect: dict[str, Any], context: Any) -> None:
 
 def parametrize(path: str | os.PathLike[str], *, plugins: tuple[Any, ...] = (),
                 argname: str = "case") -> Callable[[Any], Any]:
-    """`pytest.mark.parametrize` over the cases of a file or folder, ids `<file>::<case id>`."""
+    """`pytest.mark.parametrize` over the cases of a file or folder, ids `<file>::<case id>`.
+
+    A relative `path` is read from the folder of the calling test file, so the cases are found
+    whatever directory pytest runs from; a missing path or an empty folder fails collection."""
     import pytest
 
-    cases = load_cases(path, plugins=plugins)
+    cases = load_cases(_beside_caller(path, sys._getframe(1)), plugins=plugins)
     return pytest.mark.parametrize(argname, cases, ids=[str(c) for c in cases])
+
+
+def _beside_caller(path: str | os.PathLike[str], frame: Any) -> pathlib.Path:
+    """`path` resolved from the folder of the file `frame` runs in (the working directory when
+    the caller has no file, as in an interactive session). A path that is missing there but exists
+    from the working directory is named in the error, since that is the old reading."""
+    given = pathlib.Path(path)
+    caller = frame.f_globals.get("__file__")
+    if given.is_absolute() or not caller:
+        return given
+    resolved = pathlib.Path(caller).resolve().parent / given
+    if not resolved.exists() and given.exists():
+        raise _bad(str(resolved), None, f"no such case file or folder: {str(path)!r} is read from "
+                   f"the calling test file's folder; write it relative to {caller}")
+    return resolved
