@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import regex
 
-from compactor.components import Component, DataPath
+from compactor.components import Component, DataPath, param
 from compactor.document import Chunk, Context, Message, Segment, Source, chunk_id, frozen_mapping
 from compactor.formats.compaction import MIN_SUMMARY_TOKENS, SUMMARY_MARK, Plan, plan_compaction, plan_dict
 from compactor.formats.messages import (
@@ -134,55 +134,36 @@ class EightSegment(Component):
     requires = ("chunks",)
     provides = ("segments", CompactionPlan, BudgetShare)
 
-    def __init__(self, *, keep_last: int = 4, keep_first: bool = True, role: str | None = None,
-                 summary_role: Literal["user", "system", "assistant"] = "user", next_step: bool = True,
-                 snippet_lines: int = 12, llm: bool = False, prompt: DataPath | None = None,
-                 max_input_tokens: int = 12000,
-                 kind: Literal["auto", "coding", "tool", "chat", "meeting"] = "auto",
-                 focus: str | None = None, share: float = 1.0, keep_files: int = 0,
-                 files_share: float = 0.35, compress_system: bool = False,
-                 expand_tool: str | None = EXPAND_TOOL) -> None:
-        self.expand_tool = expand_tool
-        self.kind = kind
-        self.keep_files = keep_files
-        self.files_share = files_share
-        self.focus = focus
-        self.share = share
-        self.keep_last = keep_last
-        self.keep_first = keep_first
-        self.role = role
-        self.summary_role = summary_role
-        self.next_step = next_step
-        self.snippet_lines = snippet_lines
-        self.llm = llm
-        self.prompt = prompt
-        self.max_input_tokens = max_input_tokens
-        self.compress_system = compress_system
+    keep_last: int = param(4, ge=0, doc="turns kept verbatim at the end")
+    keep_first: bool = param(True, doc="keep the first request verbatim")
+    role: str | None = param(None, doc="write the handoff summary of this speaker")
+    summary_role: Literal["user", "system", "assistant"] = param("user", doc="the summary message's role")
+    next_step: bool = param(True, doc="write the Optional Next Step")
+    snippet_lines: int = param(12, ge=0, doc="lines of code a snippet keeps")
+    llm: bool = param(False, doc="a guarded LLM rewrite of the rule summary")
+    prompt: DataPath | None = param(None, doc="a prompt file in place of the built-in one")
+    max_input_tokens: int = param(12000, doc="tokens the LLM reads at most")
+    kind: Literal["auto", "coding", "tool", "chat", "meeting"] = param("auto", doc="the template")
+    focus: str | None = param(None, doc="text whose matches rise in every section")
+    share: float = param(1.0, gt=0, le=1, doc="the share of the budget used")
+    keep_files: int = param(0, ge=0, doc="latest views of that many files kept verbatim")
+    files_share: float = param(0.35, gt=0, lt=1, doc="the share of the summary the files may take")
+    compress_system: bool = param(False, doc="send an excerpt of an oversized system prompt")
+    expand_tool: str | None = param(EXPAND_TOOL, doc="the tool the marker names for the originals")
 
-    @staticmethod
-    def check_params(params: dict[str, object]) -> list[str]:
-        problems = []
-        if not isinstance(params["keep_last"], int) or params["keep_last"] < 0:
-            problems.append("keep_last must be 0 or more")
-        if not isinstance(params["snippet_lines"], int) or params["snippet_lines"] < 0:
-            problems.append("snippet_lines must be 0 or more")
-        keep_files = params.get("keep_files", 0)
-        if not isinstance(keep_files, int) or keep_files < 0:
-            problems.append("keep_files must be 0 or more")
-        files_share = params.get("files_share", 0.35)
-        if not isinstance(files_share, int | float) or not 0 < files_share < 1:
-            problems.append("files_share must be in (0, 1)")
-        share = params.get("share", 1.0)
-        if not isinstance(share, int | float) or not 0 < share <= 1:
-            problems.append("share must be in (0, 1]")
-        tool = params.get("expand_tool", EXPAND_TOOL)
-        if tool is not None and not (isinstance(tool, str) and _TOOL_NAME.fullmatch(tool)):
-            problems.append("expand_tool must be a tool name (letters, digits, _ . -) or null")
-        return problems
+    def check(self) -> list[str]:
+        tool = self.expand_tool
+        if tool is not None and not _TOOL_NAME.fullmatch(tool):
+            return ["expand_tool must be a tool name (letters, digits, _ . -) or null"]
+        return []
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
         options = dict(context.state.get(ConversationOptions, ConversationOptions()).values)
+        # run options stand in for parameters, checked as a pipeline file's are; an empty
+        # summary_role, kind or focus leaves the parameter as it is
+        me = self.overridden({key: value for key, value in options.items()
+                              if value or key not in ("summary_role", "kind", "focus")})
         given = context.state.get(BudgetShare)
         share = float(given.share if given is not None else self.share)
         budget = context.resolved_budget()
@@ -195,7 +176,7 @@ class EightSegment(Component):
             if source.kind != "conversation" or not source.messages:
                 continue
             mine = [c for c in context.chunks if c.source_id == source.id]
-            plan, parts = self.compact(source, budget, run, options, mine)
+            plan, parts = me.compact(source, budget, run, options, mine)
             plan["budget_share"] = share
             if not plan["unchanged"] and plan.get("summary"):
                 plan, parts = _quality_from_loss(context, mine, plan, parts, run.counter)
@@ -218,8 +199,8 @@ class EightSegment(Component):
         whose token counts are the messages' costs when `chunk.messages` made them)."""
         messages = list(source.messages)
         counter = run.counter
-        summary_role = str(options.get("summary_role") or self.summary_role)
-        frame = {"expand_tool": options.get("expand_tool", self.expand_tool),
+        summary_role = self.summary_role
+        frame = {"expand_tool": self.expand_tool,
                  "original_chars": sum(message_chars(m) for m in messages)}
         by_message = [c.tokens for i, c in enumerate(chunks)
                       if c.units == (i, i + 1) and c.id == chunk_id(source.id, i)]
@@ -228,17 +209,16 @@ class EightSegment(Component):
         limit = budget if budget is not None else max(1, sum(costs) // 4)
         messages, costs, system = shorten_system(  # an oversized system prompt, excerpted for the requests
             messages, costs, limit, counter,
-            enabled=bool(options.get("compress_system", self.compress_system)))
+            enabled=self.compress_system)
         share = float(options.get("budget_share", 1.0))
         if share < 1.0 and budget is not None:  # a share of what the system messages leave
             fixed = TOKENS_PER_REPLY + sum(c for m, c in zip(messages, costs, strict=True)
                                            if m.role in ("system", "developer"))
             limit = fixed + max(MIN_SUMMARY_TOKENS + 8, int((limit - fixed) * share))
             limit = min(limit, budget)
-        settings: dict[str, Any] = {"keep_last": int(options.get("keep_last", self.keep_last)),
-                                    "keep_first": bool(options.get("keep_first", self.keep_first)),
+        settings: dict[str, Any] = {"keep_last": self.keep_last, "keep_first": self.keep_first,
                                     "summary_role_tokens": counter.count(summary_role)}
-        kind = str(options.get("kind") or self.kind)
+        kind: str = self.kind
         history: hx.History | None = None
         if TOKENS_PER_REPLY + sum(costs) > limit:  # it will be compacted: read it
             history = hx.History(messages)
@@ -255,15 +235,15 @@ class EightSegment(Component):
         data = plan_dict(plan)
         data.update(source_id=source.id, summary_role=summary_role, role=None, method="none",
                     quality=1.0, tokens=plan.original_tokens - saved, summary=None, kind=kind, **system)
-        role = options.get("role", self.role)
+        role = self.role
         if role is not None:  # a role nobody is: an error naming the roles there, not an empty handoff
             roles.check_role(history or hx.History(messages), role)
         if plan.unchanged or history is None:
             return data, [_message_segment(source, i, m, costs[i]) for i, m in enumerate(messages)]
         history = _with_reduced(history, source, plan.dropped)
         weights = message_weights(chunks, len(messages))
-        focus = frozenset(terms(str(options.get("focus") or self.focus or "")))
-        keep_files = int(options.get("keep_files", self.keep_files))
+        focus = frozenset(terms(self.focus or ""))
+        keep_files = self.keep_files
         pinned: list[str] = []
         if keep_files and not people and plan.summary_tokens >= TIGHT:
             views = recent_files(history, plan.dropped, keep_files)
@@ -305,7 +285,7 @@ class EightSegment(Component):
             plan, draft = self._filled(history, source, plan, draft, costs, counter, limit, want, settings,
                                        saved, role, weights, focus, {**frame, "summary_role": summary_role})
             data.update(plan_dict(plan))
-        use_llm = bool(options.get("llm", self.llm))
+        use_llm = self.llm
         if use_llm:
             kept = "\n".join(messages[i].content for i in (*plan.head, *plan.tail))
             refined = self._refine(draft, history, plan.dropped, plan.summary_tokens, run, kept)

@@ -31,9 +31,8 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
-from compactor.components import Component, DataPath
+from compactor.components import Component, DataPath, param
 from compactor.document import Chunk, Context, Segment, frozen_mapping
 from compactor.formats.routing import COMPRESS, DATA_SOURCE_NOTES, DIRECT, data_source_note
 from compactor.hookspecs import hookimpl
@@ -105,32 +104,16 @@ class MapReduce(Component):
     requires = ("chunks",)
     provides = ("segments",)
 
-    def __init__(self, *, max_tokens: int = 45000, safety_margin: float = 0.8, map_share: float = 0.25,
-                 second_pass: bool = True, concurrency: int = 4, llm: bool = False,
-                 map_prompt: DataPath | None = None, reduce_prompt: DataPath | None = None,
-                 min_coverage: float = llm_guard.DEFAULT_MIN_COVERAGE) -> None:
-        self.max_tokens = max_tokens
-        self.safety_margin = safety_margin
-        self.map_share = map_share
-        self.second_pass = second_pass
-        self.concurrency = concurrency
-        self.llm = llm
-        self.map_prompt = map_prompt
-        self.reduce_prompt = reduce_prompt
-        self.min_coverage = min_coverage
-
-    @staticmethod
-    def check_params(params: dict[str, Any]) -> list[str]:
-        problems = llm_guard.check_min_coverage(params["min_coverage"])
-        if not 0 < params["safety_margin"] <= 1:
-            problems.append("safety_margin must be in (0, 1]")
-        if not 0 < params["map_share"] <= 1:
-            problems.append("map_share must be in (0, 1]")
-        if params["concurrency"] < 1:
-            problems.append("concurrency must be at least 1")
-        if params["max_tokens"] < 1:
-            problems.append("max_tokens must be at least 1")
-        return problems
+    max_tokens: int = param(45000, ge=1, doc="the model's window: above its safety share, map-reduce")
+    safety_margin: float = param(0.8, gt=0, le=1, doc="the share of max_tokens passed through as it is")
+    map_share: float = param(0.25, gt=0, le=1, doc="what each chunk's extract may take, a share")
+    second_pass: bool = param(True, doc="reduce again while over half of max_tokens")
+    concurrency: int = param(4, ge=1, doc="chunks extracted at once")
+    llm: bool = param(False, doc="extract and merge with the LLM")
+    map_prompt: DataPath | None = param(None, doc="a map prompt file in place of the built-in one")
+    reduce_prompt: DataPath | None = param(None, doc="a reduce prompt file in place of the built-in one")
+    min_coverage: float = param(llm_guard.DEFAULT_MIN_COVERAGE, ge=0, le=1,
+                                doc="share of the input's key content a reply must keep")
 
     @property
     def threshold(self) -> int:

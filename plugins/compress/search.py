@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from compactor.components import Component, DataPath
+from compactor.components import Component, DataPath, param
 from compactor.document import Chunk, Context, Fact, Segment, frozen_mapping
 from compactor.formats.search_context import PREVIOUS, fact_line, heading, summary_sentences
 from compactor.hookspecs import hookimpl
@@ -88,21 +87,19 @@ def _titles(context: Context) -> dict[str, str]:
     return {s.id: t for s in context.sources if (t := fx.page_title(s.title, s.text))}
 
 
-def _shares(params: dict[str, Any]) -> list[str]:
-    share = params["share"]
-    return [] if share is None or 0 < share <= 1 else [f"share must be in (0, 1] of the budget, not {share}"]
+class _Strategy(Component):
+    """What the search strategies that extract per batch declare alike."""
+
+    share: float | None = param(0.1, gt=0, le=1, doc="the checklist budget, a share of each batch's input")
+    min_tokens: int = param(50, ge=0, doc="the checklist budget of a batch at least")
+    threshold: float = param(0.3, ge=0, le=1, doc="kept: at least this share of the batch's best")
+    min_score: float = param(0.1, ge=0, le=1, doc="kept: at least this relevance")
+    quarantine: bool = param(True, doc="leave out text flagged as injection")
+    llm: bool = param(False, doc="extract with the LLM")
+    prompt: DataPath | None = param(None, doc="a prompt file in place of the built-in one")
 
 
-def _unit_interval(params: dict[str, Any], *names: str) -> list[str]:
-    return [f"{n} must be in [0, 1], not {params[n]}" for n in names if not 0 <= params[n] <= 1]
-
-
-def _at_least_one(params: dict[str, Any], *names: str) -> list[str]:
-    return [f"{n} must be at least 1, not {params[n]}" for n in names
-            if params[n] is not None and params[n] < 1]
-
-
-class FactCentric(Component):
+class FactCentric(_Strategy):
     """Strategy A: query-relevant facts with chunk ids and source URLs, merged across batches.
 
     A batch's facts are its sentences whose relevance (`facts.scored_sentences`) is at least
@@ -121,22 +118,7 @@ class FactCentric(Component):
     requires = ("chunks",)
     provides = ("facts", "segments", Knowledge)
 
-    def __init__(self, *, share: float | None = 0.1, min_tokens: int = 50, threshold: float = 0.3,
-                 min_score: float = 0.1, max_facts: int | None = None, quarantine: bool = True,
-                 llm: bool = False, prompt: DataPath | None = None) -> None:
-        self.share = share
-        self.min_tokens = min_tokens
-        self.threshold = threshold
-        self.min_score = min_score
-        self.max_facts = max_facts
-        self.quarantine = quarantine
-        self.llm = llm
-        self.prompt = prompt
-
-    @staticmethod
-    def check_params(params: dict[str, Any]) -> list[str]:
-        return _shares(params) + _unit_interval(params, "threshold", "min_score") + _at_least_one(
-            params, "max_facts") + ([] if params["min_tokens"] >= 0 else ["min_tokens must be 0 or more"])
+    max_facts: int | None = param(None, ge=1, doc="facts per batch at most")
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
@@ -206,7 +188,7 @@ class FactCentric(Component):
         return accepted[:count]
 
 
-class ChunkFiltering(Component):
+class ChunkFiltering(_Strategy):
     """Strategy B: keep the ids of the chunks relevant to the query; the checklist context is the
     original text of the best of them, in source order, within the session's checklist budget.
 
@@ -225,22 +207,10 @@ class ChunkFiltering(Component):
     requires = ("chunks",)
     provides = ("segments", Knowledge)
 
-    def __init__(self, *, share: float | None = 0.2, min_tokens: int = 150, threshold: float = 0.35,
-                 min_score: float = 0.1, max_chunks: int | None = None, quarantine: bool = True,
-                 llm: bool = False, prompt: DataPath | None = None) -> None:
-        self.share = share
-        self.min_tokens = min_tokens
-        self.threshold = threshold
-        self.min_score = min_score
-        self.max_chunks = max_chunks
-        self.quarantine = quarantine
-        self.llm = llm
-        self.prompt = prompt
-
-    @staticmethod
-    def check_params(params: dict[str, Any]) -> list[str]:
-        return _shares(params) + _unit_interval(params, "threshold", "min_score") + _at_least_one(
-            params, "max_chunks") + ([] if params["min_tokens"] >= 0 else ["min_tokens must be 0 or more"])
+    share: float | None = param(0.2, gt=0, le=1, doc="the checklist budget, a share of each batch's input")
+    min_tokens: int = param(150, ge=0, doc="the checklist budget of a batch at least")
+    threshold: float = param(0.35, ge=0, le=1, doc="kept: at least this share of the batch's best")
+    max_chunks: int | None = param(None, ge=1, doc="chunks per batch at most")
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
@@ -392,16 +362,10 @@ class Summarization(Component):
     requires = ("chunks",)
     provides = ("segments", Knowledge)
 
-    def __init__(self, *, max_tokens: int = 1500, llm: bool = False, prompt: DataPath | None = None,
-                 quarantine: bool = True) -> None:
-        self.max_tokens = max_tokens
-        self.llm = llm
-        self.prompt = prompt
-        self.quarantine = quarantine
-
-    @staticmethod
-    def check_params(params: dict[str, Any]) -> list[str]:
-        return _at_least_one(params, "max_tokens")
+    max_tokens: int = param(1500, ge=1, doc="the summary's tokens at most")
+    llm: bool = param(False, doc="update the summary with the LLM")
+    prompt: DataPath | None = param(None, doc="a prompt file in place of the built-in one")
+    quarantine: bool = param(True, doc="leave out text flagged as injection")
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:

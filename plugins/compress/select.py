@@ -9,7 +9,7 @@ from typing import Literal
 
 import regex
 
-from compactor.components import Component, has_score, score_value
+from compactor.components import Component, has_score, param, score_value
 from compactor.document import Chunk, Context, Segment, Source
 from compactor.hookspecs import hookimpl
 from compactor.run import Run
@@ -186,23 +186,11 @@ class SelectCompressor(Component):
     provides = ("segments", BudgetShare)
     _gap_tokens = 3  # GAP_MARK between kept spans that are not adjacent
 
-    def __init__(self, *, order: Literal["score", "position"] = "score",
-                 max_tokens: int | None = None, partial: bool = True, redundancy: float = 0.5,
-                 share: float = 1.0) -> None:
-        self.order = order
-        self.max_tokens = max_tokens
-        self.partial = partial
-        self.redundancy = redundancy
-        self.share = share
-
-    @staticmethod
-    def check_params(params: dict[str, object]) -> list[str]:
-        problems = []
-        if not 0 < params["share"] <= 1:  # type: ignore[operator]
-            problems.append("share must be in (0, 1]")
-        if not 0 <= params["redundancy"] <= 1:  # type: ignore[operator]
-            problems.append("redundancy must be in [0, 1]")
-        return problems
+    order: Literal["score", "position"] = param("score", doc="rank by the combined score or keep order")
+    max_tokens: int | None = param(None, doc="tokens at most, below the budget")
+    partial: bool = param(True, doc="keep the sentences that fit of a chunk that does not")
+    redundancy: float = param(0.5, ge=0, le=1, doc="how much near-repeats of kept text are penalised")
+    share: float = param(1.0, gt=0, le=1, doc="the share of the budget used")
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from compactor.components import Component
+from compactor.components import Component, param
 from compactor.document import Context, Source, chunk_id, frozen_mapping
 from compactor.formats.messages import answers, calls
 from compactor.formats.structured import References, reduce_text
@@ -90,30 +90,14 @@ class StructuredReducer(Component):
     name = "compress.structured"
     stage = "clean"
 
-    def __init__(self, *, max_rows: int = 6, min_list_chars: int = 1500, head: int = 1, tail: int = 1,
-                 max_kept: int = 12, distinct: int = 5, min_tokens: int = 100,
-                 documents: bool = True) -> None:
-        self.max_rows = max_rows
-        self.min_list_chars = min_list_chars
-        self.head = head
-        self.tail = tail
-        self.max_kept = max_kept
-        self.distinct = distinct
-        self.min_tokens = min_tokens
-        self.documents = documents
-
-    @staticmethod
-    def check_params(params: dict[str, object]) -> list[str]:
-        problems = []
-        for key in ("max_rows", "max_kept", "distinct"):
-            value = params[key]
-            if not isinstance(value, int) or value < 1:
-                problems.append(f"{key} must be at least 1")
-        for key in ("head", "tail", "min_tokens", "min_list_chars"):
-            value = params[key]
-            if not isinstance(value, int) or value < 0:
-                problems.append(f"{key} must be 0 or more")
-        return problems
+    max_rows: int = param(6, ge=1, doc="lists up to this many items stay whole")
+    min_list_chars: int = param(1500, ge=0, doc="lists up to this many characters stay whole")
+    head: int = param(1, ge=0, doc="rows always kept at the start")
+    tail: int = param(1, ge=0, doc="rows always kept at the end")
+    max_kept: int = param(12, ge=1, doc="rows kept per list in all")
+    distinct: int = param(5, ge=1, doc="a field with at most this many values lists them")
+    min_tokens: int = param(100, ge=0, doc="smaller texts are left alone")
+    documents: bool = param(True, doc="also rewrite structured blocks of documents over the budget")
 
     def _reduce(self, text: str, references: References, ref: str | None, run: Run,
                 minify: bool = True) -> str | None:

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from compactor.components import Component
+from compactor.components import Component, param
 from compactor.document import Chunk, Context, Fact, Segment, frozen_mapping
 from compactor.hookspecs import hookimpl
 from compactor.plugins.classify import usable
@@ -70,18 +69,9 @@ class TopicCompressor(Component):
     requires = ("chunks",)
     provides = ("facts", "segments")
 
-    def __init__(self, *, max_facts: int = 15, min_score: float = 0.15, quarantine: bool = True) -> None:
-        self.max_facts = max_facts
-        self.min_score = min_score
-        self.quarantine = quarantine
-
-    @staticmethod
-    def check_params(params: dict[str, Any]) -> list[str]:
-        problems = [] if params["max_facts"] >= 1 else [
-            f"max_facts must be at least 1, not {params['max_facts']}"]
-        if not 0 <= params["min_score"] <= 1:
-            problems.append(f"min_score must be in [0, 1], not {params['min_score']}")
-        return problems
+    max_facts: int = param(15, ge=1, doc="facts per topic at most")
+    min_score: float = param(0.15, ge=0, le=1, doc="kept: at least this relevance")
+    quarantine: bool = param(True, doc="leave out text flagged as injection")
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
