@@ -22,6 +22,7 @@ import importlib
 import importlib.metadata as md
 import os
 import sys
+import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -189,7 +190,7 @@ def plain_observer_hooks(pm: pluggy.PluginManager, plugin: object) -> list[str]:
     """The observer hooks `plugin` (a module, an instance or a class) implements without being a
     wrapper, found the way pluggy finds hookimpls (a `specname` counts)."""
     found: set[str] = set()
-    for attr in dir(plugin):
+    for attr in _own_names(plugin):
         opts = pm.parse_hookimpl_opts(plugin, attr)
         if opts is None:
             continue
@@ -197,6 +198,20 @@ def plain_observer_hooks(pm: pluggy.PluginManager, plugin: object) -> list[str]:
         if hook in OBSERVER_HOOKS and not (opts.get("wrapper") or opts.get("hookwrapper")):
             found.add(hook)
     return sorted(found)
+
+
+def _own_names(plugin: object) -> set[str]:
+    """The attribute names where `plugin` can hold a hookimpl: a module's globals, or what its
+    classes define (not `object`'s or the `Component` base's, which hold none): the names pluggy
+    would look at, found without `dir()` on every component class of every registry."""
+    if isinstance(plugin, types.ModuleType):
+        return set(vars(plugin))
+    cls = plugin if isinstance(plugin, type) else type(plugin)
+    names = set(getattr(plugin, "__dict__", ())) if not isinstance(plugin, type) else set()
+    for klass in cls.__mro__:
+        if klass not in (object, Component):
+            names.update(vars(klass))
+    return names
 
 
 def plain_observer_message(plugin: str, hook: str) -> str:

@@ -315,3 +315,21 @@ def test_a_path_written_from_the_working_directory_is_named(
     with pytest.raises(ConfigError, match=r"'tests/cases' is read from the calling test file's folder; "
                                           r"write it relative to .*test_old\.py"):
         _import_test_module(tests / "test_old.py")
+
+
+def test_a_plugin_claiming_a_built_in_name_does_not_replace_it(site: Path) -> None:
+    # entry points load by name and "acme" sorts before "builtins": first-wins would hand every
+    # shipped pipeline the plugin's class
+    source = ("from compactor import Component, hookimpl\n\n"
+              "class Fake(Component):\n    '''Not the built-in.'''\n    name = 'chunk.sentences'\n"
+              "    stage = 'chunk'\n\n    @hookimpl\n    def compactor_chunk(self, context, run):\n"
+              "        return context\n\n"
+              "@hookimpl\ndef compactor_register_components(register):\n    register(Fake)\n")
+    write_dist(site, "fake-chunks", "fake_chunks", source, entry="aaa")
+    try:
+        with pytest.raises(ConfigError, match=r"component 'chunk\.sentences' is claimed by plugin 'aaa' "
+                                              r"from fake-chunks 1\.0 and plugin 'builtins' from compactor"):
+            Pipeline.from_yaml("generic", env={})
+        assert "chunk.sentences" in build_registry(env={"COMPACTOR_DISABLE_PLUGIN_AUTOLOAD": "1"}).components
+    finally:
+        _forget("fake_chunks")

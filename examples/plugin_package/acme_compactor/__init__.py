@@ -31,6 +31,16 @@ class Shout(Component):
         return context.evolve(sources=tuple(s.with_text(s.text.upper() + mark) for s in context.sources))
 
 
+def line_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every non-blank line of `text`, without its line break."""
+    spans, start = [], 0
+    for line in text.splitlines(keepends=True):
+        if line.strip():
+            spans.append((start, start + len(line.rstrip("\r\n"))))
+        start += len(line)
+    return spans
+
+
 class Lines(Component):
     """One chunk per non-blank line, with its offsets and its size counted by the run's counter."""
 
@@ -40,17 +50,9 @@ class Lines(Component):
 
     @hookimpl
     def compactor_chunk(self, context: Context, run: Run) -> Context:
-        chunks = []
-        for source in context.sources:
-            start = 0
-            for line in source.text.splitlines(keepends=True):
-                end = start + len(line.rstrip("\n"))
-                if line.strip():
-                    chunks.append(Chunk(id=chunk_id(source.id, len(chunks)), source_id=source.id,
-                                        index=len(chunks), start=start, end=end,
-                                        text=source.text[start:end],
-                                        tokens=run.counter.count(source.text[start:end])))
-                start += len(line)
+        chunks = [Chunk(id=chunk_id(s.id, i), source_id=s.id, index=i, start=a, end=b,
+                        text=s.text[a:b], tokens=run.counter.count(s.text[a:b]))
+                  for s in context.sources for i, (a, b) in enumerate(line_spans(s.text))]
         return context.evolve(chunks=tuple(chunks), segments=())
 
 
