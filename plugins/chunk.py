@@ -20,8 +20,10 @@ _PARAGRAPH_BREAK = regex.compile(r"\n[ \t]*\n\s*")
 
 
 class _Sized(Component):
-    """What every chunker declares: `size` tokens per chunk, at least 8."""
+    """What every chunker declares: its stage, what it provides, `size` tokens per chunk (at least 8)."""
 
+    stage = "chunk"
+    provides = ("chunks",)
     size: int = param(512, ge=8, unit="tokens", doc="tokens per chunk")
 
 
@@ -68,8 +70,6 @@ class TokenChunker(_Overlapping):
     """
 
     name = "chunk.tokens"
-    stage = "chunk"
-    provides = ("chunks",)
 
     overlap: int = param(64, doc="tokens repeated from the previous chunk")
 
@@ -89,8 +89,6 @@ class SentenceChunker(_Overlapping):
     """
 
     name = "chunk.sentences"
-    stage = "chunk"
-    provides = ("chunks",)
 
     size: int = param(256, ge=8, unit="tokens", doc="tokens per chunk")
     pack: bool = param(True, doc="pack sentences up to size (false: one chunk per sentence)")
@@ -121,8 +119,6 @@ class ParagraphChunker(_Overlapping):
     """Whole paragraphs packed up to `size` tokens; long paragraphs are cut by token windows."""
 
     name = "chunk.paragraphs"
-    stage = "chunk"
-    provides = ("chunks",)
 
     @hookimpl
     def compactor_chunk(self, context: Context, run: Run) -> Context:
@@ -135,8 +131,6 @@ class MessageChunker(_Sized):
     sources are packed by paragraphs up to `size` tokens."""
 
     name = "chunk.messages"
-    stage = "chunk"
-    provides = ("chunks",)
 
     @hookimpl
     def compactor_chunk(self, context: Context, run: Run) -> Context:
@@ -163,8 +157,6 @@ class SegmentChunker(_Sized):
     packed by paragraphs up to `size` tokens."""
 
     name = "chunk.segments"
-    stage = "chunk"
-    provides = ("chunks",)
 
     @hookimpl
     def compactor_chunk(self, context: Context, run: Run) -> Context:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compactor.apps.common import PipelineArg
+from compactor.apps.common import PipelineArg, check_overrides, pipeline_for
 from compactor.apps.conversation import TIERS, CompactedMessages, compact_messages
 from compactor.apps.tools import expand, handle_expand_call
 from compactor.document import Message
@@ -44,6 +44,7 @@ from compactor.formats.messages import (
     units,
 )
 from compactor.formats.system_prompt import leading_system
+from compactor.state import CompactionPlan
 from compactor.store import ChunkStore, open_store
 from compactor.text.tokens import TokenCounter, get_counter
 
@@ -105,6 +106,10 @@ class AutoCompactor:
             raise InputError("give reserve (tokens kept free) or trigger (when to compact), not both")
         if not _count(tools_tokens) or tools_tokens < 0:
             raise InputError(f"tools_tokens must be 0 or more tokens, not {tools_tokens!r}")
+        plugins = tuple(plugins)
+        given = {"keep_last": keep_last, "focus": query, **options}  # `llm` here is settings, not a flag
+        check_overrides(pipeline_for(pipeline, plugins), CompactionPlan,
+                        {key: value for key, value in given.items() if value is not None and key != "llm"})
         self.window = window
         self.trigger_tokens = _trigger(window, reserve, trigger)
         self.target_tokens = _fraction_or_tokens("target", target, self.trigger_tokens)

@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from compactor.components import Requirement
 from compactor.document import Context, Source
 from compactor.errors import InputError
 from compactor.llm.client import LLMSettings
@@ -32,6 +33,18 @@ def pipeline_for(pipeline: PipelineArg, plugins: Iterable[Any] = ()) -> Pipeline
         raise InputError(f"pipeline must be a shipped pipeline's name, a file or a Pipeline, "
                          f"not {type(pipeline).__name__}")
     return resolved_pipeline(pipeline, plugins=plugins)
+
+
+def check_overrides(runner: Pipeline, item: Requirement, options: Mapping[str, Any]) -> None:
+    """Refuse per-run values (a face's keywords, CLI flags) for the parameters of the steps that
+    provide `item` before anything runs, by each component's own schema: the InputError says what a
+    pipeline file's `with:` would be told. Options that are no parameter of the step are the face's."""
+    for step, info in runner.spec.providers(item):
+        current = next(params for found, params in step.components if found is info)
+        given = {key: value for key, value in options.items() if key in current}
+        problems = info.cls.override_problems(current, given) if given else []
+        if problems:
+            raise InputError("; ".join(problems))
 
 
 def llm_mapping(llm: Any) -> dict[str, Any] | None:

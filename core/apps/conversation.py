@@ -17,13 +17,13 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from compactor.apps.common import PipelineArg, llm_mapping, pipeline_for
+from compactor.apps.common import PipelineArg, check_overrides, llm_mapping, pipeline_for
 from compactor.apps.pins import read_pins, with_pins
 from compactor.apps.tools import EXPAND_TOOL_NAME
 from compactor.document import Budget, Chunk, Context, Message, Source
 from compactor.errors import BudgetError, ConfigError, InputError, Problem
 from compactor.formats.clearing import clear_outputs, is_tiered, reduce_outputs, request_indices, stub_ref
-from compactor.formats.compaction import KINDS, MIN_SUMMARY_TOKENS, assemble
+from compactor.formats.compaction import MIN_SUMMARY_TOKENS, assemble
 from compactor.formats.messages import (
     TOKENS_PER_REPLY,
     answers,
@@ -117,27 +117,23 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int | None =
         raise InputError("give a budget (tokens) or a target_ratio (a share of the history's tokens)")
     if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0):
         raise InputError(f"budget must be a positive number of tokens, not {budget!r}")
-    if summary_role not in SUMMARY_ROLES:
-        raise InputError(f"summary_role must be one of {', '.join(SUMMARY_ROLES)}, not {summary_role!r}")
-    if kind is not None and kind not in (*KINDS, "auto"):
-        raise InputError(f"kind must be one of auto, {', '.join(KINDS)}, not {kind!r}")
-    if not isinstance(keep_files, int) or isinstance(keep_files, bool) or keep_files < 0:
-        raise InputError(f"keep_files must be 0 or more, not {keep_files!r}")
     if query is not None and focus is not None and query != focus:
         raise InputError("query and focus are the same option (focus is its older name): give one")
     focus = query if query is not None else focus
-    if focus is not None and not isinstance(focus, str):
-        raise InputError(f"query must be text, not {type(focus).__name__}")
     chosen = _tiers(tiers)
     if not isinstance(keep_tool_results, int) or isinstance(keep_tool_results, bool) or keep_tool_results < 0:
         raise InputError(f"keep_tool_results must be 0 or more, not {keep_tool_results!r}")
     if not isinstance(clear_at_least, int) or isinstance(clear_at_least, bool) or clear_at_least < 0:
         raise InputError(f"clear_at_least must be 0 or more tokens, not {clear_at_least!r}")
-    if expand_tool is not None and (not isinstance(expand_tool, str) or not expand_tool.strip()):
-        raise InputError(f"expand_tool must be a tool name or None, not {expand_tool!r}")
     excluded = _names("exclude_tools", exclude_tools)
-    parsed = read_messages(messages)
     runner = pipeline_for(pipeline, plugins)
+    # what the history compressor's parameters take, checked by its schema before anything runs
+    options: dict[str, Any] = {"keep_last": keep_last, "role": role, "summary_role": summary_role,
+                               "llm": False, "keep_files": keep_files, "expand_tool": expand_tool}
+    options.update((key, value) for key, value in (("kind", kind), ("focus", focus),
+                                                   ("compress_system", compress_system)) if value is not None)
+    check_overrides(runner, CompactionPlan, options)
+    parsed = read_messages(messages)
     counter = runner.counter
     original_tokens = messages_tokens(parsed, counter)
     if ratio is not None:
@@ -205,13 +201,8 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int | None =
             "original_tokens": original_tokens, "output_tokens": original_tokens + pin_tokens,
             "tokens": original_tokens + pin_tokens, "kind": None, "pins": [label for _, _, label in pins]})
     source_items = _restored(items, parsed, restore) if restore else items
-    options = {"keep_last": keep_last, "role": role, "summary_role": summary_role,
-               "llm": False, "kind": kind, "focus": focus, "keep_files": keep_files,
-               "expand_tool": expand_tool}
     if ratio is not None:  # a share of the history: fill it, not only stay under it
         options["fill"] = True
-    if compress_system is not None:
-        options["compress_system"] = bool(compress_system)
     result = _summarise(source_items, room, runner, target, session_id, llm, options,
                         auto_system=compress_system is None
                         and any(m.role not in ("system", "developer") for m in parsed))

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from compactor.apps.common import PipelineArg, llm_mapping, pipeline_for
+from compactor.apps.common import PipelineArg, check_overrides, llm_mapping, pipeline_for
 from compactor.document import Context, Source
 from compactor.errors import InputError
 from compactor.formats.transcripts import overview as file_overview
@@ -48,21 +48,29 @@ def compress_transcripts(results: Any, *, query: str, budget: int = 2000, unit: 
     (`compress_single_file_results`, `compress_multiple_files_results`, `compress_retrieval_results`,
     with `question` and `max_length`) call this.
     """
-    if on_llm_failure not in ("overview", "rules"):
-        raise InputError(f"on_llm_failure must be 'overview' or 'rules', not {on_llm_failure!r}")
     items = [results] if isinstance(results, Mapping | Source) else results
     try:
         sources = _merged([s for item in _as_list(items) for s in read_results(item)])
     except (InputError, TypeError) as exc:
         log.warning("transcript results unreadable: %s", exc)
         return f"(unreadable retrieval results: {exc})"
+    layout = {"unit": unit, "overview": overview, "on_llm_failure": on_llm_failure}
     try:
-        layout = {"overview": overview, "on_llm_failure": on_llm_failure}
-        return _run(query, sources, budget, unit, llm, layout, pipeline_for(pipeline, plugins))
+        runner = pipeline_for(pipeline, plugins)
     except Exception as exc:  # the seed's contract: never break the agent's loop
-        log.warning("transcript compression failed (%s: %s); returning the file overview",
-                    type(exc).__name__, exc)
-        return file_overview(sources, is_chinese(spoken(sources)))
+        return _overview_after(exc, sources)
+    check_overrides(runner, "segments", layout)  # a wrong option is the caller's mistake: it raises
+    try:
+        return _run(query, sources, budget, llm, layout, runner)
+    except Exception as exc:
+        return _overview_after(exc, sources)
+
+
+def _overview_after(exc: Exception, sources: list[Source]) -> str:
+    """The file overview in place of a failed compression, with the failure logged."""
+    log.warning("transcript compression failed (%s: %s); returning the file overview",
+                type(exc).__name__, exc)
+    return file_overview(sources, is_chinese(spoken(sources)))
 
 
 def compress_multiple_files_results(question: str, retrieval_results_list: Any, max_length: int = 2000, *,
@@ -111,12 +119,12 @@ def _as_list(results: Any) -> list[Any]:
     return items
 
 
-def _run(question: str, sources: list[Source], max_length: int, unit: Unit, llm: Any, layout: dict[str, Any],
+def _run(question: str, sources: list[Source], max_length: int, llm: Any, layout: dict[str, Any],
          runner: Pipeline) -> str:
     if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length <= 0:
         raise InputError(f"the budget (max_length) must be a positive integer, not {max_length!r}")
     settings = llm_mapping(llm)
-    options = {"max_length": max_length, "unit": unit, "llm": settings is not None, **layout}
+    options = {"max_length": max_length, "llm": settings is not None, **layout}
     context = Context(sources=tuple(sources), query=question,
                       state=State([TranscriptOptions(options)]))
     result = runner.run(context, output_format="text", llm=settings)

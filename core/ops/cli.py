@@ -17,11 +17,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from compactor.apps.common import check_overrides
 from compactor.apps.compacter import ContextCompacter, fact_to_dict
 from compactor.apps.tools import expand
 from compactor.components import score_label
 from compactor.document import Budget, Context
-from compactor.errors import CompactorError, ConfigError
+from compactor.errors import CompactorError, ConfigError, InputError
 from compactor.formats.records import read_paths
 from compactor.formats.system_prompt import system_records
 from compactor.llm.client import LLMSettings, describe_key, redact_text
@@ -173,8 +174,11 @@ def _main(args: argparse.Namespace) -> int:
     if options and not conversation:
         raise ConfigError("--keep-last, --role, --kind, --focus, --keep-files and --compress-system apply "
                           "to conversation pipelines (a history compressor such as compress.eight_segment)")
-    if args.keep_last is not None and args.keep_last < 0:
-        raise ConfigError("--keep-last must be 0 or more")
+    for key, value in options.items():  # each flag checked by the history compressor's schema
+        try:
+            check_overrides(pipeline, CompactionPlan, {key: value})
+        except InputError as exc:
+            raise ConfigError(f"--{key.replace('_', '-')}: {exc}") from None
     target_ratio = getattr(args, "target_ratio", None)
     if target_ratio is not None:
         if not conversation:
@@ -185,8 +189,6 @@ def _main(args: argparse.Namespace) -> int:
         if args.budget is not None:
             raise ConfigError("give --budget or --target-ratio, not both")
         options["fill"] = True
-    if args.keep_files is not None and args.keep_files < 0:
-        raise ConfigError("--keep-files must be 0 or more")
     inputs = Context(sources=tuple(sources), query=pipeline.spec.query,
                      budget=Budget(ratio=target_ratio) if target_ratio is not None else pipeline.spec.budget,
                      state=State([ConversationOptions(options)] if options else []))
