@@ -455,7 +455,8 @@ def _progress_printer(stream: TextIO) -> Callable[[int, int, str], None]:
 
 
 def list_plugins() -> str:
-    """One block per component: name, stage, version, distribution, parameters."""
+    """One block per component: name, stage, version, distribution, parameters (with their bounds),
+    then what each declared parameter is for."""
     registry = build_registry()
     lines = []
     for name in sorted(registry.components):
@@ -467,6 +468,7 @@ def list_plugins() -> str:
         if doc:
             lines.append(f"    {doc[0]}")
         lines.append(f"    parameters: {params}")
+        lines.extend(f"      {p.name}: {p.doc}" for p in info.cls.parameters() if p.doc)
     for broken in registry.broken:
         lines.append(f"BROKEN {broken}")
     return "\n".join(lines)
