@@ -2,7 +2,8 @@
 
 Compressors stay free of bookkeeping: the pipeline makes sure every returned context carries token
 counts (`with_counts`: counted once, with the run's counter, and cached on the objects so later
-stages never count again), and `StepObserver`, one wrapper of the step-level hook, measures each
+stages never count again; a source whose cost is not its text's, such as a conversation, is counted by
+the rule the caller passes), and `StepObserver`, one wrapper of the step-level hook, measures each
 step's time and the tokens going in and out.
 """
 
@@ -13,21 +14,25 @@ from collections.abc import Callable, Generator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from compactor.document import Context, Source, frozen_mapping
-from compactor.formats.messages import TOKENS_PER_REPLY, message_tokens
+from compactor.document import Context, Source
 from compactor.hookspecs import hookimpl
 from compactor.run import Run
 
 if TYPE_CHECKING:
     from compactor.config import StepSpec
+    from compactor.text.tokens import TokenCounter
+
+#: How a source that costs something other than its text is counted: the source with `tokens` set.
+SourceCounter = Callable[[Source, "TokenCounter"], Source]
 
 
-def with_counts(context: Context, run: Run) -> Context:
-    """Fill in missing token counts on sources and segments, counting each text once. A conversation
-    counts what its messages cost in a chat request; the per-message costs are kept in its metadata
-    (`message_tokens`) for the message chunker."""
-    sources = tuple(_conversation_counts(s, run) if s.tokens is None and s.kind == "conversation"
-                    and s.messages and "spans" in s.metadata else s for s in context.sources)
+def with_counts(context: Context, run: Run, count_source: SourceCounter | None = None) -> Context:
+    """Fill in missing token counts on sources and segments, counting each text once. A source that
+    `count_source` takes (it returns it with `tokens` set, else unchanged) costs what that says: the
+    pipeline passes the chat-request cost of a conversation."""
+    sources = context.sources
+    if count_source is not None:
+        sources = tuple(count_source(s, run.counter) if s.tokens is None else s for s in sources)
     missing = [s for s in sources if s.tokens is None]
     if missing:
         counts = dict(zip((s.id for s in missing), run.counter.count_many([s.text for s in missing]),
@@ -43,12 +48,6 @@ def with_counts(context: Context, run: Run) -> Context:
     if unchanged and segments is context.segments:
         return context
     return context.evolve(sources=sources, segments=segments)
-
-
-def _conversation_counts(source: Source, run: Run) -> Source:
-    costs = [message_tokens(m, run.counter) for m in source.messages]
-    return replace(source, tokens=TOKENS_PER_REPLY + sum(costs),
-                   metadata=frozen_mapping({**source.metadata, "message_tokens": tuple(costs)}))
 
 
 class StepObserver:

@@ -22,6 +22,7 @@ from compactor.conditions import namespace_lookup
 from compactor.config import PipelineSpec, StepSpec, load_spec
 from compactor.document import Budget, Chunk, Context, Source, StepReport, frozen_mapping
 from compactor.errors import BudgetError, CompactorError, ConfigError, InputError, Problem, StageError
+from compactor.formats.messages import conversation_counts
 from compactor.hookspecs import STAGE_HOOKS, hookimpl
 from compactor.llm.client import DEFAULT_BASE_URL, same_endpoint
 from compactor.observe import StepObserver, with_counts
@@ -223,14 +224,17 @@ class Pipeline:
         where = Path(folder) if folder is not None else pipeline_folder(file)
         return cls(load_spec(text, file, registry, env, where), registry)
 
-    def record_runs(self, store: Any) -> None:
-        """Record every run of this pipeline (time, tokens, ratio, loss, fallback, success) into a
-        store (a path or a `ChunkStore`); see `compactor.ops.monitor`."""
-        from compactor.ops.monitor import RunRecorder
-        from compactor.store import open_store
+    def observe(self, observer: Any, name: str | None = None) -> None:
+        """Register an observer plugin (hook wrappers of `compactor_run` / `compactor_step`) with this
+        pipeline after it was built, as `plugins=` would have; `name` keeps it unique."""
+        self.registry.pm.register(observer, name=name)
 
-        self.registry.pm.register(RunRecorder(open_store(store), self.spec.name or "<inline>"),
-                                  name=f"compactor.ops.monitor.{id(store)}")
+    def record_runs(self, store: Any) -> None:
+        """Record every run of this pipeline into a store: `compactor.ops.monitor.record_runs`, which
+        ops calls itself; this name stays for the callers that use it (the engine records nothing)."""
+        from compactor.ops.monitor import record_runs
+
+        record_runs(self, store)
 
     def print_config(self) -> str:
         """The resolved configuration with every default, as YAML."""
@@ -318,7 +322,7 @@ class Pipeline:
     def _steps(self, inputs: str | Source | Iterable[Source | str] | Context, query: str | None,
                budget: int | Budget | None, output_format: str | None, fmt: str,
                progress: Progress | None, run: Run) -> Context:
-        context = with_counts(self._initial(inputs, query, budget), run)
+        context = with_counts(self._initial(inputs, query, budget), run, conversation_counts)
         # only the built-in observer and engine implement the step hook: measure the steps here
         # rather than through a hook call per step (the same bookkeeping, `StepObserver.measured`)
         observed = len(self.registry.pm.hook.compactor_step.get_hookimpls()) > 2
@@ -504,7 +508,7 @@ class Pipeline:
             raise StageError(f"{name} returned nothing for its {stage} step")
         if not isinstance(result, Context):
             raise StageError(f"{name} returned {type(result).__name__}, not a Context")
-        return with_counts(result, run)
+        return with_counts(result, run, conversation_counts)
 
 
 class _StepEngine:

@@ -1,8 +1,8 @@
 """The chunk store and knowledge base: the single source of truth for original chunk text.
 
 Every chunk a stateful run keeps is stored under its id, so whatever a compressor kept can be traced
-back to the original text (seed 000's `chunk_store`), and a session's knowledge (facts, chunk ids,
-a rolling summary) survives the process. Two implementations with one interface:
+back to the original text, and a session's knowledge (facts, chunk ids, a rolling summary)
+survives the process. Two implementations with one interface:
 
 * `MemoryStore`: the default for one-shot runs;
 * `SQLiteStore`: one file in WAL mode, sessions addressed by id, safe to open from several processes.
@@ -20,8 +20,10 @@ A SQLite store is marked (`PRAGMA application_id` = `APPLICATION_ID`, `PRAGMA us
 `SCHEMA_VERSION`). Opening a file that is not a compactor store refuses it (`StoreError`) and leaves
 it unchanged; an unmarked store of an earlier release is upgraded in place.
 
-Pages are stored once per session: the same URL, or a near-duplicate text (MinHash signature with
-LSH bands, `compactor.text.similarity`), is recognised by `known_page`.
+A session's pages are kept with the URL and the signature they were committed with (`Batch.signatures`,
+any tuple of 64-bit integers): `page_with_url` and `page_signatures` give them back, and the component
+that drops pages a session already holds (`clean.seen`) judges what counts as the same page. The store
+computes nothing about the text it keeps.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import os
 import socket
 import sqlite3
 import stat
+import struct
 import threading
 import time
 import uuid
@@ -43,10 +46,7 @@ from typing import Any
 
 from compactor.document import Chunk, Source
 from compactor.errors import InputError, StoreConflict, StoreError
-from compactor.text import similarity as textsim
 from compactor.text.language import detect_lang
-
-NEAR_DUPLICATE = 0.8
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +83,12 @@ class ChunkStore:
     def sources(self, session: str) -> list[StoredSource]:
         raise NotImplementedError
 
-    def known_page(self, session: str, url: str | None, sig: tuple[int, ...] | None,
-                   threshold: float = NEAR_DUPLICATE) -> str | None:
-        """The id of a stored source with this URL or a near-duplicate text, else None."""
+    def page_with_url(self, session: str, url: str) -> str | None:
+        """The id of the session's page committed with this URL, else None."""
+        raise NotImplementedError
+
+    def page_signatures(self, session: str) -> dict[str, tuple[int, ...]]:
+        """The signatures the session's pages were committed with, by source id, oldest first."""
         raise NotImplementedError
 
     def commit_batch(self, session: str, batch: Batch, base: int | None = None) -> int:
@@ -152,6 +155,16 @@ def _stored(chunk: Chunk) -> Chunk:
                  lang=chunk.lang, units=chunk.units)
 
 
+def _pack(sig: Sequence[int]) -> bytes:
+    """A signature as little-endian unsigned 64-bit integers (8 bytes each), as stores have written it."""
+    return struct.pack(f"<{len(sig)}Q", *sig)
+
+
+def _unpack(data: bytes) -> tuple[int, ...]:
+    """The inverse of `_pack`."""
+    return struct.unpack(f"<{len(data) // 8}Q", data)
+
+
 def _row_chunk(row: Sequence[Any]) -> Chunk:
     """A chunk from its SQLite row (id, source_id, idx, start, end, text, tokens)."""
     text = row[5]
@@ -194,8 +207,7 @@ class MemoryStore(ChunkStore):
 
     def _session(self, session: str) -> dict[str, Any]:
         return self._sessions.setdefault(session, {"meta": {}, "sources": [], "urls": {}, "sigs": {},
-                                                   "bands": {}, "knowledge": {}, "batches": [],
-                                                   "version": 0})
+                                                   "knowledge": {}, "batches": [], "version": 0})
 
     def ensure_session(self, session: str, **meta: Any) -> None:
         self._session(session)["meta"].update(meta)
@@ -206,20 +218,12 @@ class MemoryStore(ChunkStore):
     def sources(self, session: str) -> list[StoredSource]:
         return list(self._sessions.get(session, {}).get("sources", []))
 
-    def known_page(self, session: str, url: str | None, sig: tuple[int, ...] | None,
-                   threshold: float = NEAR_DUPLICATE) -> str | None:
-        state = self._sessions.get(session)
-        if state is None:
-            return None
-        if url and url in state["urls"]:
-            return state["urls"][url]
-        if sig is None:
-            return None
-        for key in textsim.band_keys(sig):
-            for sid in state["bands"].get(key, ()):
-                if textsim.similarity(sig, state["sigs"][sid]) >= threshold:
-                    return sid
-        return None
+    def page_with_url(self, session: str, url: str) -> str | None:
+        found = self._sessions.get(session, {}).get("urls", {}).get(url)
+        return str(found) if found is not None else None
+
+    def page_signatures(self, session: str) -> dict[str, tuple[int, ...]]:
+        return dict(self._sessions.get(session, {}).get("sigs", {}))
 
     def commit_batch(self, session: str, batch: Batch, base: int | None = None) -> int:
         state = self._session(session)
@@ -237,9 +241,7 @@ class MemoryStore(ChunkStore):
                 state["urls"][source.uri] = source.id
             sig = batch.signatures.get(source.id)
             if sig is not None:
-                state["sigs"][source.id] = sig
-                for key in textsim.band_keys(sig):
-                    state["bands"].setdefault(key, []).append(source.id)
+                state["sigs"][source.id] = tuple(sig)
         for chunk in batch.chunks:
             self._chunks[chunk.id] = _stored(chunk)
         state["knowledge"].update(json.loads(json.dumps(dict(batch.knowledge))))
@@ -287,6 +289,8 @@ _TABLES = (
     session TEXT NOT NULL, source_id TEXT NOT NULL, seq INTEGER NOT NULL, url TEXT, title TEXT,
     batch INTEGER NOT NULL, signature BLOB, PRIMARY KEY (session, source_id))""",
     "CREATE INDEX IF NOT EXISTS sources_by_url ON session_sources (session, url)",
+    # the LSH band index of earlier releases: still created, so a file keeps the one layout every
+    # release reads, but no longer written (the component that drops repeated pages indexes them)
     """CREATE TABLE IF NOT EXISTS source_bands (
     session TEXT NOT NULL, band INTEGER NOT NULL, key INTEGER NOT NULL, source_id TEXT NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS bands_by_key ON source_bands (session, band, key)",
@@ -628,26 +632,15 @@ class SQLiteStore(ChunkStore):
                            "WHERE session = ? ORDER BY seq", (session,))
         return [StoredSource(*r) for r in rows]
 
-    def known_page(self, session: str, url: str | None, sig: tuple[int, ...] | None,
-                   threshold: float = NEAR_DUPLICATE) -> str | None:
-        if url:
-            row = self._query("SELECT source_id FROM session_sources WHERE session = ? AND url = ?",
-                              (session, url))
-            if row:
-                return str(row[0][0])
-        if sig is None:
-            return None
-        keys = textsim.band_keys(sig)
-        clause = " OR ".join("(band = ? AND key = ?)" for _ in keys)
-        args: list[Any] = [session] + [v for pair in keys for v in pair]
-        candidates = self._query(f"SELECT DISTINCT source_id FROM source_bands WHERE session = ? "
-                                 f"AND ({clause})", args)
-        for (sid,) in candidates:
-            row = self._query("SELECT signature FROM session_sources WHERE session = ? AND source_id = ?",
-                              (session, sid))
-            if row and row[0][0] and textsim.similarity(sig, textsim.unpack(row[0][0])) >= threshold:
-                return str(sid)
-        return None
+    def page_with_url(self, session: str, url: str) -> str | None:
+        row = self._query("SELECT source_id FROM session_sources WHERE session = ? AND url = ?",
+                          (session, url))
+        return str(row[0][0]) if row else None
+
+    def page_signatures(self, session: str) -> dict[str, tuple[int, ...]]:
+        rows = self._query("SELECT source_id, signature FROM session_sources WHERE session = ? "
+                           "AND signature IS NOT NULL ORDER BY seq", (session,))
+        return {str(sid): _unpack(data) for sid, data in rows}
 
     def commit_batch(self, session: str, batch: Batch, base: int | None = None) -> int:
         by_id = {s.id: s for s in batch.sources}
@@ -670,14 +663,10 @@ class SQLiteStore(ChunkStore):
                     "INSERT OR IGNORE INTO session_sources (session, source_id, seq, url, title, batch, "
                     "signature) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (session, source.id, seq, source.uri, source.title, number,
-                     textsim.pack(sig) if sig is not None else None)).rowcount
+                     _pack(sig) if sig is not None else None)).rowcount
                 if not inserted:
                     continue
                 seq += 1
-                if sig is not None:
-                    db.executemany("INSERT INTO source_bands (session, band, key, source_id) "
-                                   "VALUES (?, ?, ?, ?)",
-                                   [(session, band, key, source.id) for band, key in textsim.band_keys(sig)])
             db.executemany(
                 'INSERT OR REPLACE INTO chunks (id, source_id, idx, start, "end", text, tokens, url, '
                 "title) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

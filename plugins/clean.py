@@ -1,4 +1,5 @@
-"""clean.normalize, clean.html, clean.dedupe: make each source's working text clean and unique."""
+"""clean.normalize, clean.html, clean.dedupe, clean.seen: make each source's working text clean and unique,
+and each page new to its session."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from compactor.formats.html import extract_main_text
 from compactor.hookspecs import hookimpl
 from compactor.provenance import Edits, OffsetMap, Rewriter, regex_edit, source_map, splice
 from compactor.run import Run
+from compactor.store import ChunkStore
 from compactor.text import similarity as textsim
 
 _LINE_ENDS = regex.compile(r"\r\n?|\x85")
@@ -283,6 +285,7 @@ class SeenPages(Component):
         kept: list[Source] = []
         dropped: list[dict[str, Any]] = []
         urls: dict[str, str] = {}
+        held: SessionPages | None = None  # read from the store once, when a page needs it
         for source in context.sources:
             sig = textsim.signature(source.text)
             twin = urls.get(source.uri or "") or next(
@@ -290,7 +293,8 @@ class SeenPages(Component):
                 None)
             reason = "repeated in this batch"
             if twin is None and store is not None and session_id:
-                twin = store.known_page(session_id, source.uri, sig, self.threshold)
+                held = held if held is not None else SessionPages(store, session_id)
+                twin = held.same_as(source.uri, sig, self.threshold)
                 reason = "already in the session"
             if twin is not None:
                 dropped.append({"url": source.uri, "source_id": source.id, "same_as": twin, "reason": reason})
@@ -300,3 +304,30 @@ class SeenPages(Component):
             kept.append(replace(source, metadata=frozen_mapping({**source.metadata, "signature": sig})))
         run.note("dropped_pages", dropped)
         return context.evolve(sources=tuple(kept))
+
+
+class SessionPages:
+    """The pages a session holds, as `clean.seen` compares them: the store keeps each page's URL and
+    signature, this judges sameness (the same URL, or a signature at least `threshold` similar among
+    the candidates that share an LSH band with it)."""
+
+    def __init__(self, store: ChunkStore, session: str) -> None:
+        self.store = store
+        self.session = session
+        self.signatures = store.page_signatures(session)
+        self.bands: dict[tuple[int, int], list[str]] = {}
+        for sid, sig in self.signatures.items():  # oldest first, so the oldest twin is named
+            for key in textsim.band_keys(sig):
+                self.bands.setdefault(key, []).append(sid)
+
+    def same_as(self, url: str | None, sig: tuple[int, ...], threshold: float) -> str | None:
+        """The id of the session's page with this URL or a near-duplicate text, else None."""
+        if url:
+            found = self.store.page_with_url(self.session, url)
+            if found is not None:
+                return found
+        for key in textsim.band_keys(sig):
+            for sid in self.bands.get(key, ()):
+                if textsim.similarity(sig, self.signatures[sid]) >= threshold:
+                    return sid
+        return None

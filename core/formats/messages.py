@@ -13,10 +13,10 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from compactor.document import Chunk, Message, Source, chunk_id
+from compactor.document import Chunk, Message, Source, chunk_id, frozen_mapping
 from compactor.errors import InputError
 from compactor.text.tokens import TokenCounter
 
@@ -334,6 +334,18 @@ def conversation_source(messages: Sequence[Message], name: str | None = None,
     meta = {**(metadata or {}), "spans": tuple(spans)}
     return Source.from_text("\n\n".join(parts), kind="conversation", uri=name, metadata=meta,
                             messages=messages)
+
+
+def conversation_counts(source: Source, counter: TokenCounter) -> Source:
+    """A conversation source with its token count: what its messages cost in a chat request, the
+    per-message costs kept in its metadata (`message_tokens`) for the message chunker. Any other
+    source (or one already counted) comes back as it is, for the pipeline's plain count."""
+    if source.tokens is not None or source.kind != "conversation" or not source.messages \
+            or "spans" not in source.metadata:
+        return source
+    costs = [message_tokens(m, counter) for m in source.messages]
+    return replace(source, tokens=TOKENS_PER_REPLY + sum(costs),
+                   metadata=frozen_mapping({**source.metadata, "message_tokens": tuple(costs)}))
 
 
 def message_chunks(source: Source, counter: TokenCounter) -> list[Chunk]:

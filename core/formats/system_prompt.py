@@ -2,11 +2,12 @@
 
 `compact_messages(..., compress_system=True)` (and `--compress-system`) keep the system message(s)
 first but, when they would take more than `SYSTEM_SHARE` of the budget, replace each oversized one
-with an excerpt chosen by the qa engine (the `qa` pipeline's chunking and scoring) against the
-conversation's opening request(s). The excerpt is whole sentences of the original, in their order,
-traceable by offset (`plan["system_spans"]`); a marker line cites the id of the original text (a
-source of its own, whose id is its hash), which `compact_messages` and the CLI store with the
-summarised messages, so `expand` gives the full text back.
+with an excerpt chosen by the qa engine (the `qa` pipeline's chunking and scoring, run by the
+component that asks, which hands it in as `rank`) against the conversation's opening request(s).
+The excerpt is whole sentences of the original, in their order, traceable by offset
+(`plan["system_spans"]`); a marker line cites the id of the original text (a source of its own,
+whose id is its hash), which `compact_messages` and the CLI store with the summarised messages, so
+`expand` gives the full text back.
 
 Stable across repeated compactions, so a provider's prompt cache survives: the query is the
 history's first user request(s), which later turns never change, and a system message already
@@ -17,12 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import regex
 
-from compactor.document import Chunk, Message, Source, chunk_id
+from compactor.document import Chunk, Context, Message, Source, chunk_id
 from compactor.errors import BudgetError
 from compactor.formats.compaction import SUMMARY_MARK
 from compactor.formats.messages import TOKENS_PER_REPLY, answers, message_tokens
@@ -52,6 +53,11 @@ _EXPAND = "expand_context(ids=[{ids}])"
 _MARKED = regex.compile(r"^" + regex.escape(SUMMARY_MARK) + r" (?:System prompt shortened|系统提示已按)"
                         + r"[^\n]*expand_context\(ids=\[([^\]]*)\]\)[^\n]*\n?")
 _WORD = regex.compile(r"\p{Han}|[\p{L}\p{N}]+")
+
+#: Ranks the sentences of a system text for a query within a token allowance: `rank(text, query,
+#: allowance)` is the run's context (one source, chunks with their `combined` and `score.relevance`
+#: scores), as the shipped `system-prompt` pipeline gives it.
+Rank = Callable[[str, "str | None", int], Context]
 
 
 def leading_system(messages: Sequence[Message]) -> list[int]:
@@ -89,12 +95,13 @@ def stable_query(messages: Sequence[Message]) -> str | None:
 
 def shorten_system(messages: Sequence[Message], costs: Sequence[int], budget: int,
                    counter: TokenCounter, *, enabled: bool = True, share: float = SYSTEM_SHARE,
-                   ) -> tuple[list[Message], list[int], dict[str, Any]]:
+                   rank: Rank | None = None) -> tuple[list[Message], list[int], dict[str, Any]]:
     """The messages and costs with the oversized system message(s) replaced by excerpts, and the
     plan data that says so (`system`: index -> new text; `system_spans`: the kept `(start, end)`
     of each original; `system_tokens`: index -> [before, after]; `system_ids`: the chunk ids the
     markers cite). Unchanged (and no work done) when disabled, when the history fits, or when the
-    system messages take at most `share` of the budget."""
+    system messages take at most `share` of the budget. `rank` chooses the sentences (without it,
+    the shipped `system-prompt` pipeline, until every caller hands in its own)."""
     messages, costs = list(messages), list(costs)
     system = leading_system(messages)
     total = TOKENS_PER_REPLY + sum(costs)
@@ -119,7 +126,7 @@ def shorten_system(messages: Sequence[Message], costs: Sequence[int], budget: in
         overhead = message_tokens(dataclasses.replace(message, content="", tool_calls=(), raw={}), counter)
         room = target - overhead - counter.count(marker + "\n")
         try:
-            body, spans = excerpt(original, query, room, counter) if room > 0 else ("", [])
+            body, spans = excerpt(original, query, room, counter, rank) if room > 0 else ("", [])
         except BudgetError:  # not even one sentence fits: the marker alone, the original by id
             body, spans = "", []
         text = f"{marker}\n{body}" if body else marker
@@ -153,9 +160,9 @@ def system_records(messages: Sequence[Message], plan: Mapping[str, Any], counter
     return out
 
 
-def excerpt(text: str, query: str | None, allowance: int, counter: TokenCounter
+def excerpt(text: str, query: str | None, allowance: int, counter: TokenCounter, rank: Rank | None = None,
             ) -> tuple[str, list[tuple[int, int]]]:
-    """Whole sentences of `text` ranked by the qa engine for `query`, in their order, within
+    """Whole sentences of `text` ranked by `rank` (the qa engine) for `query`, in their order, within
     `allowance` tokens: the excerpt (non-adjacent runs joined by GAP) and the kept `(start, end)`.
 
     A sentence also counts by its section: under a heading that matches the query ("## Book
@@ -165,7 +172,7 @@ def excerpt(text: str, query: str | None, allowance: int, counter: TokenCounter
         return "", []
     from compactor.provenance import source_map
 
-    context = system_pipeline().run(Source.from_text(text), query=query, budget=allowance)
+    context = (rank or shipped_rank)(text, query, allowance)
     source = context.sources[0]
     offsets = source_map(source)
     pieces: list[_Piece] = []
@@ -195,13 +202,13 @@ def excerpt(text: str, query: str | None, allowance: int, counter: TokenCounter
         elif used + piece.cost <= allowance:
             kept.add(piece.index)
             used += piece.cost
-    rank = {p.index: r for r, p in enumerate(ranked)}
+    place = {p.index: r for r, p in enumerate(ranked)}
     while True:  # the estimate counted each piece alone: check the joined text, drop the weakest
         spans = _merged([(pieces[j].start, pieces[j].end) for j in kept])
         body = render(text, spans)
         if not kept or counter.count(body) <= allowance:
             return body, spans
-        kept.discard(max((j for j in kept if j in rank), key=rank.__getitem__, default=-1))
+        kept.discard(max((j for j in kept if j in place), key=place.__getitem__, default=-1))
         titled = {heading.index for j in kept if (heading := pieces[j].heading) is not None}
         kept = {j for j in kept if not pieces[j].title or j in titled}
 
@@ -247,10 +254,17 @@ def _merged(rows: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
 @functools.lru_cache(maxsize=1)
 def system_pipeline() -> Pipeline:
     """The shipped `system-prompt` pipeline: qa's steps for a trusted plain text (no HTML extraction,
-    so offsets stay the input's; no injection cuts; whole sentences only; no loss report)."""
+    so offsets stay the input's; no injection cuts; whole sentences only; no loss report).
+    Transitional: the nested run belongs to the component that shortens (compress.eight_segment),
+    which then passes `rank`; until it does, this is the one import of the engine from formats."""
     from compactor.pipeline import Pipeline
 
     return Pipeline.from_yaml("system-prompt")
+
+
+def shipped_rank(text: str, query: str | None, allowance: int) -> Context:
+    """`Rank` by the shipped `system-prompt` pipeline."""
+    return system_pipeline().run(Source.from_text(text), query=query, budget=allowance)
 
 
 def _water_fill(costs: dict[int, int], allowance: int) -> dict[int, int]:
@@ -286,5 +300,5 @@ def _is_summary(content: str) -> bool:
     return content.startswith(SUMMARY_MARK) and _MARKED.match(content) is None
 
 
-__all__ = ["GAP", "SYSTEM_SHARE", "excerpt", "leading_system", "render", "shorten_system", "stable_query",
-           "system_pipeline", "system_record", "system_records"]
+__all__ = ["GAP", "SYSTEM_SHARE", "Rank", "excerpt", "leading_system", "render", "shipped_rank",
+           "shorten_system", "stable_query", "system_pipeline", "system_record", "system_records"]

@@ -1,4 +1,4 @@
-"""Run monitoring (seed 004, section 9): every pipeline run recorded, rolling figures, anomalies.
+"""Run monitoring: every pipeline run recorded, rolling figures, anomalies.
 
 `RunRecorder` is an ordinary plugin with one wrapper of the run-level hook: it sees each finished or
 failed run and writes one record to the store: time, tokens in and out, ratio, loss level and
@@ -22,19 +22,31 @@ import math
 import statistics
 import time
 from collections.abc import Generator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compactor.document import Context
 from compactor.hookspecs import hookimpl
 from compactor.run import Run
 from compactor.state import CompactionPlan, LossReport
-from compactor.store import ChunkStore
+from compactor.store import ChunkStore, open_store
+
+if TYPE_CHECKING:
+    from compactor.pipeline import Pipeline
 
 WINDOW = 100
 #: A run this many times slower than its pipeline's median is flagged.
 SLOW = 3.0
 #: Loss levels from `validate.loss`, best first; a run two levels worse than the median is flagged.
 LEVELS = ("minimal", "acceptable", "moderate", "severe")
+
+
+def record_runs(pipeline: Pipeline, store: Any) -> RunRecorder:
+    """Record every run of `pipeline` (time, tokens, ratio, loss, fallback, success) into `store` (a
+    path or a `ChunkStore`): a `RunRecorder` registered as its observer. The engine knows nothing of
+    it; ops (the command line, batches) attach it."""
+    recorder = RunRecorder(open_store(store), pipeline.spec.name or "<inline>")
+    pipeline.observe(recorder, name=f"compactor.ops.monitor.{id(store)}")
+    return recorder
 
 
 class RunRecorder:
