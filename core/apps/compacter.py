@@ -1,4 +1,4 @@
-"""ContextCompacter: the stateful search-result service of seed 000.
+"""ContextCompacter: the stateful search-result service of a deep-research agent.
 
     >>> compacter = ContextCompacter(strategy_name="fact_centric", store="research.sqlite", session="q42")
     >>> compacter.process_search_results([(url, html), ...], query="...")
@@ -170,7 +170,7 @@ def to_source(item: SearchResult, position: int) -> Source:
 
 
 class ContextCompacter:
-    """Stateful compression of search results for a deep-research agent (seed 000)."""
+    """Stateful compression of search results for a deep-research agent."""
 
     def __init__(self, strategy: str | None = "fact_centric", *,
                  store: str | ChunkStore | None = None, session: str | None = None,

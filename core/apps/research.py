@@ -1,4 +1,4 @@
-"""A research session that prunes its history when the agent switches topic (seed 001).
+"""A research session that prunes its history when the agent switches topic.
 
     >>> session = ResearchSession([system, instruction], store="research.sqlite")
     >>> session.add(assistant_message, tool_message)           # search results are recorded

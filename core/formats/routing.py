@@ -1,4 +1,4 @@
-"""The token router's decisions and the note a report carries about its source, as seed 003's report
+"""The token router's decisions and the note a report carries about its source, as a report
 graph names them: shared by the `compress.map_reduce` step and the LangGraph nodes."""
 
 from __future__ import annotations

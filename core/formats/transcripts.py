@@ -1,4 +1,4 @@
-"""Transcript records: retrieved segments read into one source per file (seed 002's input)."""
+"""Transcript records: retrieved segments read into one source per file."""
 
 from __future__ import annotations
 
