@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias, TypeVar, Union
 
+from compactor.errors import ConfigError, InputError, Problem
 from compactor.hookspecs import STAGE_HOOKS, Stage
 
 if typing.TYPE_CHECKING:
@@ -152,8 +153,8 @@ class Component:
         files, components built in Python and per-run values alike."""
         problems = [f"{p.name} {why}" for p in cls.parameters()
                     if p.name in params and (why := p.bound_problem(params[p.name]))]
-        if problems or cls.check is Component.check:
-            return problems
+        if problems or cls.check is Component.check or not _fields_of(cls):
+            return problems  # `check` is the hook of declared parameters only
         probe = object.__new__(cls)  # the values alone: `check` reads parameters, nothing built
         probe.__dict__.update(params)
         return probe.check()
@@ -206,8 +207,6 @@ class Component:
             return self
         problems = type(self).override_problems(self.params(), mine)
         if problems:
-            from compactor.errors import InputError
-
             raise InputError("; ".join(problems))
         changed = copy.copy(self)
         changed.__dict__.update(mine)
@@ -346,9 +345,8 @@ def score_value(chunk: Chunk, name: str, default: float = 0.0) -> float:
 
 
 def _raise_problems(problems: list[tuple[str | None, str]]) -> None:
+    """Parameters given in Python refused with the ConfigError a pipeline file's `with:` gets."""
     if problems:
-        from compactor.errors import ConfigError, Problem
-
         raise ConfigError([Problem(message, field=f"with.{key}" if key else "with")
                            for key, message in problems])
 
