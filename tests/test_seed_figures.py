@@ -51,7 +51,7 @@ def test_a_budget_below_half_of_max_tokens_is_the_second_pass_target() -> None:
 
 
 def test_importance_weights_are_seed_004s() -> None:
-    defaults = ImportanceScorer.__init__.__kwdefaults__
+    defaults = {p.name: p.default for p in ImportanceScorer.parameters()}
     assert defaults == {"criticality": 0.35, "dependency": 0.25, "uniqueness": 0.2, "actionability": 0.2}
     text = ("The build must pass before release; see `deploy_app` and `ConfigLoader` below.\n\n"
             "Error: `ConfigLoader` failed to read settings.yaml, so `deploy_app` stopped.\n\n"
