@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import regex
 
-from compactor.components import Component
+from compactor.components import Component, param
 from compactor.document import Context, Source, frozen_mapping
 from compactor.formats.html import extract_main_text
 from compactor.hookspecs import hookimpl
@@ -106,9 +106,8 @@ class NormalizeCleaner(Component):
     name = "clean.normalize"
     stage = "clean"
 
-    def __init__(self, *, form: Form = "NFC", collapse_whitespace: bool = True) -> None:
-        self.form = form
-        self.collapse_whitespace = collapse_whitespace
+    form: Form = param("NFC", doc="Unicode normal form (NFKC changes meaning: only on request)")
+    collapse_whitespace: bool = param(True, doc="ASCII whitespace runs become one space")
 
     @hookimpl
     def compactor_clean(self, context: Context, run: Run) -> Context:
@@ -135,8 +134,7 @@ class HtmlCleaner(Component):
     name = "clean.html"
     stage = "clean"
 
-    def __init__(self, *, include_tables: bool = True) -> None:
-        self.include_tables = include_tables
+    include_tables: bool = param(True, doc="keep data tables as text")
 
     @hookimpl
     def compactor_clean(self, context: Context, run: Run) -> Context:
@@ -198,17 +196,9 @@ class DedupeCleaner(Component):
     name = "clean.dedupe"
     stage = "clean"
 
-    def __init__(self, *, threshold: float = 0.75, min_chars: int = 40,
-                 near: bool = True) -> None:
-        self.threshold = threshold
-        self.min_chars = min_chars
-        self.near = near
-
-    @staticmethod
-    def check_params(params: dict[str, object]) -> list[str]:
-        threshold = params["threshold"]
-        return [] if isinstance(threshold, float) and 0 < threshold <= 1 else [
-            "threshold must be in (0, 1]"]
+    threshold: float = param(0.75, gt=0, le=1, doc="Jaccard similarity of shingles that makes a repeat")
+    min_chars: int = param(40, ge=0, unit="characters", doc="shorter paragraphs are never dropped")
+    near: bool = param(True, doc="near-duplicates too, not only exact repeats")
 
     @hookimpl
     def compactor_clean(self, context: Context, run: Run) -> Context:
@@ -271,12 +261,7 @@ class SeenPages(Component):
     name = "clean.seen"
     stage = "clean"
 
-    def __init__(self, *, threshold: float = 0.8) -> None:
-        self.threshold = threshold
-
-    @staticmethod
-    def check_params(params: dict[str, Any]) -> list[str]:
-        return [] if 0 < params["threshold"] <= 1 else ["threshold must be in (0, 1]"]
+    threshold: float = param(0.8, gt=0, le=1, doc="similarity that makes a page one the session has")
 
     @hookimpl
     def compactor_clean(self, context: Context, run: Run) -> Context:
