@@ -229,13 +229,6 @@ class Pipeline:
         pipeline after it was built, as `plugins=` would have; `name` keeps it unique."""
         self.registry.pm.register(observer, name=name)
 
-    def record_runs(self, store: Any) -> None:
-        """Record every run of this pipeline into a store: `compactor.ops.monitor.record_runs`, which
-        ops calls itself; this name stays for the callers that use it (the engine records nothing)."""
-        from compactor.ops.monitor import record_runs
-
-        record_runs(self, store)
-
     def print_config(self) -> str:
         """The resolved configuration with every default, as YAML."""
         import yaml

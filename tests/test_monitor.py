@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from compactor import Budget, BudgetError, Component, Pipeline, hookimpl
-from compactor.ops.monitor import anomalies, prometheus_text, rolling_stats, stats_text
+from compactor.ops.monitor import anomalies, prometheus_text, record_runs, rolling_stats, stats_text
 from compactor.store import MemoryStore, SQLiteStore
 
 from .helpers import EVAL, run_cli
@@ -45,7 +45,7 @@ class _Plugin:
 def test_every_run_is_recorded_with_its_figures(articles: list[str]) -> None:
     store = MemoryStore()
     pipeline = Pipeline.from_yaml("qa")
-    pipeline.record_runs(store)
+    record_runs(pipeline, store)
     for text in articles:
         pipeline.run(text, query="who said what?", budget=120)
     runs = store.runs("qa")
@@ -58,7 +58,7 @@ def test_every_run_is_recorded_with_its_figures(articles: list[str]) -> None:
         assert 0 <= record["retention"] <= 1 and record["seconds"] > 0
     broken = Pipeline.from_string("version: 1\nname: broken\nsteps:\n  - use: chunk.sentences\n"
                                   "  - use: test.boom\n", plugins=[_Plugin()])
-    broken.record_runs(store)
+    record_runs(broken, store)
     with pytest.raises(Exception, match="boom"):
         broken.run(articles[0])
     [failed] = store.runs("broken")
@@ -110,11 +110,11 @@ def test_cli_records_runs_shows_stats_and_writes_prometheus_metrics(tmp_path: Pa
 def test_one_record_per_run_whatever_fails_and_wherever(articles: list[str]) -> None:
     store = MemoryStore()
     topics = Pipeline.from_yaml("topics")  # has its own render step; a format override renders again
-    topics.record_runs(store)
+    record_runs(topics, store)
     topics.run(articles[:2], query="who?", output_format="text")
     assert len(store.runs("topics")) == 1
     generic = Pipeline.from_yaml("generic")
-    generic.record_runs(store)
+    record_runs(generic, store)
     with pytest.raises(Exception, match="the input is empty"):
         generic.run("   ")  # fails before any step
     with pytest.raises(BudgetError, match="too small"):

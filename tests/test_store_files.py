@@ -21,7 +21,7 @@ from compactor import ContextCompacter, Pipeline
 from compactor.apps.compacter import fact_from_dict, fact_to_dict
 from compactor.document import Fact
 from compactor.errors import InputError, StoreError
-from compactor.ops.monitor import rolling_stats
+from compactor.ops.monitor import record_runs, rolling_stats
 from compactor.store import APPLICATION_ID, SCHEMA_VERSION, Batch, MemoryStore, SQLiteStore, open_store
 
 from .helpers import run_cli
@@ -217,7 +217,7 @@ def test_a_file_that_is_not_sqlite_is_refused_untouched(tmp_path: Path, kind: st
 
 def _real_store(path: Path) -> Path:
     compacter = ContextCompacter("fact_centric", store=path, session="s", query=QUERY)
-    compacter.pipeline.record_runs(compacter.store)  # as the CLI does: the run goes to --stats
+    record_runs(compacter.pipeline, compacter.store)  # as the CLI does: the run goes to --stats
     compacter.process_search_results([(r["url"], r["content"] * 40) for r in RESULTS])
     compacter.store.close()
     return path
@@ -315,7 +315,7 @@ def test_the_run_monitor_refuses_a_foreign_store(tmp_path: Path) -> None:
     db.close()
     pipeline = Pipeline.from_yaml("generic")
     with pytest.raises(StoreError, match="not a compactor store"):
-        pipeline.record_runs(app)
+        record_runs(pipeline, app)
     done = run_cli("--stats", "--store", str(app))
     assert done.returncode == 2 and "not a compactor store" in done.stderr
 

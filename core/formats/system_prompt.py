@@ -17,9 +17,8 @@ within its share is left as it is (a compacted history compacted again keeps it 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import regex
 
@@ -29,9 +28,6 @@ from compactor.formats.compaction import SUMMARY_MARK
 from compactor.formats.messages import TOKENS_PER_REPLY, answers, message_tokens
 from compactor.text.language import is_chinese
 from compactor.text.tokens import TokenCounter
-
-if TYPE_CHECKING:
-    from compactor.pipeline import Pipeline
 
 #: The part of the budget the system message(s) may take before they are shortened: the rest keeps
 #: room for the summary and the latest turns.
@@ -94,14 +90,14 @@ def stable_query(messages: Sequence[Message]) -> str | None:
 
 
 def shorten_system(messages: Sequence[Message], costs: Sequence[int], budget: int,
-                   counter: TokenCounter, *, enabled: bool = True, share: float = SYSTEM_SHARE,
-                   rank: Rank | None = None) -> tuple[list[Message], list[int], dict[str, Any]]:
+                   counter: TokenCounter, *, rank: Rank, enabled: bool = True,
+                   share: float = SYSTEM_SHARE) -> tuple[list[Message], list[int], dict[str, Any]]:
     """The messages and costs with the oversized system message(s) replaced by excerpts, and the
     plan data that says so (`system`: index -> new text; `system_spans`: the kept `(start, end)`
     of each original; `system_tokens`: index -> [before, after]; `system_ids`: the chunk ids the
     markers cite). Unchanged (and no work done) when disabled, when the history fits, or when the
-    system messages take at most `share` of the budget. `rank` chooses the sentences (without it,
-    the shipped `system-prompt` pipeline, until every caller hands in its own)."""
+    system messages take at most `share` of the budget. `rank` chooses the sentences (the caller
+    runs its ranking engine: formats does not run pipelines)."""
     messages, costs = list(messages), list(costs)
     system = leading_system(messages)
     total = TOKENS_PER_REPLY + sum(costs)
@@ -160,7 +156,7 @@ def system_records(messages: Sequence[Message], plan: Mapping[str, Any], counter
     return out
 
 
-def excerpt(text: str, query: str | None, allowance: int, counter: TokenCounter, rank: Rank | None = None,
+def excerpt(text: str, query: str | None, allowance: int, counter: TokenCounter, rank: Rank,
             ) -> tuple[str, list[tuple[int, int]]]:
     """Whole sentences of `text` ranked by `rank` (the qa engine) for `query`, in their order, within
     `allowance` tokens: the excerpt (non-adjacent runs joined by GAP) and the kept `(start, end)`.
@@ -172,7 +168,7 @@ def excerpt(text: str, query: str | None, allowance: int, counter: TokenCounter,
         return "", []
     from compactor.provenance import source_map
 
-    context = (rank or shipped_rank)(text, query, allowance)
+    context = rank(text, query, allowance)
     source = context.sources[0]
     offsets = source_map(source)
     pieces: list[_Piece] = []
@@ -251,22 +247,6 @@ def _merged(rows: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     return merged
 
 
-@functools.lru_cache(maxsize=1)
-def system_pipeline() -> Pipeline:
-    """The shipped `system-prompt` pipeline: qa's steps for a trusted plain text (no HTML extraction,
-    so offsets stay the input's; no injection cuts; whole sentences only; no loss report).
-    Transitional: the nested run belongs to the component that shortens (compress.eight_segment),
-    which then passes `rank`; until it does, this is the one import of the engine from formats."""
-    from compactor.pipeline import Pipeline
-
-    return Pipeline.from_yaml("system-prompt")
-
-
-def shipped_rank(text: str, query: str | None, allowance: int) -> Context:
-    """`Rank` by the shipped `system-prompt` pipeline."""
-    return system_pipeline().run(Source.from_text(text), query=query, budget=allowance)
-
-
 def _water_fill(costs: dict[int, int], allowance: int) -> dict[int, int]:
     """Each message's share of `allowance`: small ones keep what they cost, the rest split the
     remainder evenly."""
@@ -300,5 +280,5 @@ def _is_summary(content: str) -> bool:
     return content.startswith(SUMMARY_MARK) and _MARKED.match(content) is None
 
 
-__all__ = ["GAP", "SYSTEM_SHARE", "Rank", "excerpt", "leading_system", "render", "shipped_rank",
-           "shorten_system", "stable_query", "system_pipeline", "system_record", "system_records"]
+__all__ = ["GAP", "SYSTEM_SHARE", "Rank", "excerpt", "leading_system", "render", "shorten_system",
+           "stable_query", "system_record", "system_records"]

@@ -53,11 +53,12 @@ class BatchStats:
 @functools.lru_cache(maxsize=4)
 def _pipeline(text: str, label: str, runs: str | None = None) -> Any:
     """The pipeline, built once per process; with `runs` (a SQLite path) every run is recorded."""
+    from compactor.ops.monitor import record_runs
     from compactor.pipeline import Pipeline
 
     pipeline = Pipeline.from_string(text, file=label)
     if runs:
-        pipeline.record_runs(runs)
+        record_runs(pipeline, runs)
     return pipeline
 
 

@@ -28,7 +28,7 @@ from compactor.formats.system_prompt import system_records
 from compactor.llm.client import LLMSettings, describe_key, redact_text
 from compactor.ops.batch import run_batch
 from compactor.ops.cli_parser import DEFAULT_STORE, build_parser
-from compactor.ops.monitor import prometheus_text, rolling_stats, stats_text
+from compactor.ops.monitor import prometheus_text, record_runs, rolling_stats, stats_text
 from compactor.ops.report import html_report
 from compactor.pipeline import Pipeline, read_pipeline_text
 from compactor.registry import build_registry
@@ -155,7 +155,7 @@ def _main(args: argparse.Namespace) -> int:
     if (args.strategy or args.session or (args.store and strategy)) and not conversation:
         return _session_main(args)
     if args.store and not conversation:
-        pipeline.record_runs(args.store)  # --store without a session: where runs are recorded
+        record_runs(pipeline, args.store)  # --store without a session: where runs are recorded
     if args.check:
         steps = len(pipeline.spec.steps)
         print(f"{args.pipeline}: ok ({steps} step{'s' if steps != 1 else ''})")
@@ -194,7 +194,7 @@ def _main(args: argparse.Namespace) -> int:
                      state=State([ConversationOptions(options)] if options else []))
     store = open_store(args.store or (DEFAULT_STORE if args.session else None)) if conversation else None
     if store is not None and (args.store or args.session):
-        pipeline.record_runs(store)  # a conversation's runs go to the store its chunks go to
+        record_runs(pipeline, store)  # a conversation's runs go to the store its chunks go to
     context = pipeline.run(inputs, query=args.query, budget=args.budget, output_format=args.format,
                            progress=progress, store=store, session=args.session)
     if store is not None and (args.store or args.session):
@@ -299,7 +299,7 @@ def _session_main(args: argparse.Namespace) -> int:
         return 0
     persistent = store is not None or bool(compacter.pipeline.spec.store.get("path"))
     if persistent:  # each batch's pipeline run is recorded in the session's store
-        compacter.pipeline.record_runs(compacter.store)
+        record_runs(compacter.pipeline, compacter.store)
     batch = compacter.process_search_results(read_paths(args.inputs or ["-"]))
     if args.report_context:
         text = compacter.reconstruct_report_context(budget=args.budget)

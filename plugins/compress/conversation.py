@@ -23,6 +23,7 @@ rule draft and is used only if it keeps the headings, fits and invents nothing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -46,6 +47,7 @@ from compactor.formats.system_prompt import shorten_system
 from compactor.hookspecs import hookimpl
 from compactor.llm.guard import Request, complete_guarded
 from compactor.llm.templates import fill, template_for
+from compactor.pipeline import Pipeline
 from compactor.plugins.compress import chat_summary as chat
 from compactor.plugins.compress import history as hx
 from compactor.plugins.compress import roles
@@ -208,8 +210,7 @@ class EightSegment(Component):
                  else [message_tokens(m, counter) for m in messages])
         limit = budget if budget is not None else max(1, sum(costs) // 4)
         messages, costs, system = shorten_system(  # an oversized system prompt, excerpted for the requests
-            messages, costs, limit, counter,
-            enabled=self.compress_system)
+            messages, costs, limit, counter, enabled=self.compress_system, rank=_rank_system)
         share = float(options.get("budget_share", 1.0))
         if share < 1.0 and budget is not None:  # a share of what the system messages leave
             fixed = TOKENS_PER_REPLY + sum(c for m, c in zip(messages, costs, strict=True)
@@ -679,6 +680,19 @@ def reweigh(pools: dict[str, list[hx.Item]], weights: Mapping[int, float],
                 if words & focus:
                     item.priority *= 1.0 + 3.0 * len(words & focus) / len(focus)
     return pools
+
+
+@functools.lru_cache(maxsize=1)
+def _system_pipeline() -> Pipeline:
+    """The shipped `system-prompt` pipeline, built once per process: qa's steps for a trusted plain
+    text (no HTML extraction, so offsets stay the input's; no injection cuts; whole sentences only)."""
+    return Pipeline.from_yaml("system-prompt")
+
+
+def _rank_system(text: str, query: str | None, allowance: int) -> Context:
+    """How an oversized system prompt's sentences are ranked for the opening requests (`Rank` of
+    `formats.system_prompt`): a run of the shipped `system-prompt` pipeline on that text alone."""
+    return _system_pipeline().run(Source.from_text(text), query=query, budget=allowance)
 
 
 def _quality_from_loss(context: Context, chunks: Sequence[Chunk], plan: dict[str, Any],
