@@ -7,7 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent  # shared data and cases stay here, whatever a test's folder
+REPO = TESTS.parent
+DATA = TESTS / "data"
+CASES = TESTS / "cases"
 EVAL = Path(os.environ.get("COMPACTOR_EVAL_DIR", REPO.parent / "shared" / "eval"))
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 
 from compactor.errors import ConfigError
 from compactor.plugins import BUILTIN_COMPONENTS
 from compactor.testing import CaseFailure, load_cases, parametrize, run_case
 
-CASES = pathlib.Path(__file__).parent / "cases" / "components"
+from .helpers import CASES as SHARED_CASES
+
+CASES = SHARED_CASES / "components"
 
 
 @parametrize(CASES)

@@ -17,9 +17,9 @@ from compactor.formats.compaction import pending_call, plan_compaction
 from compactor.formats.messages import message_tokens, read_messages, units
 from compactor.text.tokens import get_counter
 
-from .helpers import EVAL, REPO, run_cli
+from .helpers import DATA, EVAL, run_cli
 
-TEAM = REPO / "tests" / "data" / "team_en.json"
+TEAM = DATA / "team_en.json"
 
 
 def _call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:

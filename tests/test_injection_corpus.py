@@ -5,7 +5,6 @@ LLM guard refusing reworded instructions while accepting honest summaries."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -18,9 +17,10 @@ from compactor.text.confusables import plain, skeleton
 from compactor.text.instructions import RULE_SOURCES
 from compactor.text.tokens import get_counter
 
+from .helpers import DATA as SHARED_DATA
 from .helpers import EVAL
 
-DATA = Path(__file__).parent / "data" / "injection"
+DATA = SHARED_DATA / "injection"
 
 
 def _jsonl(name: str) -> list[dict[str, str]]:

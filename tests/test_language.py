@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from compactor.text import language, sentences
 from compactor.text.language import CJK_RANGES, HAN_BASIC, detect_lang, has_cjk, is_chinese
 
-ROOT = Path(__file__).resolve().parent.parent
+from .helpers import REPO
+
+ROOT = REPO
 
 ENGLISH = ("The cache hit rate rose after the third change, and the team shipped the release on Friday. "
            "Nobody expected the latency to drop by half, but the profiler showed why. ")

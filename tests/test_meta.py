@@ -58,7 +58,7 @@ def test_every_hookspec_is_documented_and_in_the_readme() -> None:
 
 
 def test_every_builtin_component_is_tested_by_name() -> None:
-    tests = "".join(p.read_text(encoding="utf-8") for p in (REPO / "tests").glob("test_*.py"))
+    tests = "".join(p.read_text(encoding="utf-8") for p in (REPO / "tests").rglob("test_*.py"))
     for component in BUILTIN_COMPONENTS:
         assert component.name in tests, component.name
         assert (component.__doc__ or "").strip(), component.name

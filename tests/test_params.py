@@ -19,7 +19,8 @@ from compactor.hookspecs import hookimpl
 from compactor.pipeline import Pipeline
 from compactor.registry import build_registry
 from compactor.run import Run
-from tests.helpers import run_cli
+
+from .helpers import run_cli
 
 
 class Repeat(Component):

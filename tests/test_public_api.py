@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import inspect
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +14,8 @@ import compactor
 from compactor import errors
 from compactor.hookspecs import hookimpl
 
-REPO = Path(__file__).resolve().parent.parent
+from .helpers import REPO
+
 PACKAGE_DIRS = (REPO / "core", REPO / "plugins")
 FACES = ("compress", "compact_messages", "ContextCompacter", "ResearchSession", "compress_transcripts",
          "compress_single_file_results", "compress_multiple_files_results")

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+from .helpers import REPO
+
+README = REPO / "README.md"
 #: What each example needs besides compactor (the extra's import name), and what its output must show.
 NEEDS = {"auto": (None, ["compactions,", "tokens saved", '"order_id"']),
          "structured": (None, ["200 rows; fields order_id:str", "#W1042", "more rows: expand orders-0003"]),

@@ -33,9 +33,9 @@ from compactor.plugins.compress.map_reduce import rule_extract
 from compactor.text.spans import token_windows
 from compactor.text.tokens import get_counter
 
-from .helpers import asked, lead
+from .helpers import REPO, asked, lead
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 COUNTER = get_counter()
 CITIES = ["Oslo", "Lisbon", "Denver", "Osaka", "Nairobi", "Quito"]
 PAGES = [f"In region {i}, the Orion service handled {1000 + 37 * i:,} requests per hour and the Kestrel "

@@ -24,12 +24,13 @@ from compactor.apps.search_providers import (
 from compactor.errors import CompactorWarning, InputError
 from compactor.text.tokens import get_counter
 
+from .helpers import REPO
 from .openai_server import FakeOpenAI, Reply
 from .openai_server import openai_server as openai_server
 from .web_server import LocalWeb, Page
 from .web_server import local_web as local_web
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "research_agent.py"
+EXAMPLE = REPO / "examples" / "research_agent.py"
 
 TOPICS: dict[str, list[tuple[str, str, str]]] = {
     "EV battery prices": [

@@ -24,6 +24,7 @@ from compactor.formats.messages import read_messages
 from compactor.plugins.compress import history as hx
 from compactor.plugins.compress.kinds import detect_kind, parse_date, resolve_relative, session_dates
 
+from .helpers import REPO
 from .test_conversation_kinds import chat, coding_history, small_talk, tool_history
 
 SUNDAY = dt.date(2023, 5, 7)
@@ -134,7 +135,7 @@ def test_deterministic_in_process_and_across_hash_seeds() -> None:
         " for k in (None, 'meeting', 'coding')]\n"
         "outs.append(list(compactor.compact_messages(tool_history(), 300)))\n"
         "print(json.dumps(outs, sort_keys=True))\n")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(REPO)
     runs = [subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True,
                            check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
             for seed in ("1", "2")]

@@ -3,8 +3,6 @@ validate.ratio."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 
@@ -13,9 +11,10 @@ from compactor.plugins.classify import classify_text, load_tables
 from compactor.plugins.compress.select import mmr_order
 from compactor.plugins.score import bm25_scores
 
+from .helpers import CASES as SHARED_CASES
 from .helpers import run_cli
 
-CASES = yaml.safe_load((Path(__file__).parent / "cases" / "classify.yaml").read_text(encoding="utf-8"))
+CASES = yaml.safe_load((SHARED_CASES / "classify.yaml").read_text(encoding="utf-8"))
 COUNTER = get_counter("cl100k_base")
 
 

@@ -18,10 +18,11 @@ from compactor.plugins.compress import roles
 from compactor.plugins.compress.kinds import AGENT_KINDS, detect_kind
 from compactor.plugins.compress.roles import Handoff, handoff, read_team, role_of
 
+from .helpers import DATA as SHARED_DATA
 from .helpers import EVAL
 from .test_conversation_kinds import chat, meeting
 
-DATA = Path(__file__).parent / "data"
+DATA = SHARED_DATA
 TEAMS = ("team_en.json", "team_zh.json")
 
 
