@@ -31,6 +31,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 T = TypeVar("T", bound="StateItem")
+F = TypeVar("F", bound="Frozen")
 _FIELDS: dict[type, tuple[str, ...]] = {}
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -65,8 +66,8 @@ def thaw(value: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class StateItem:
-    """Base of every kind of shared state: a frozen dataclass whose fields are frozen deeply."""
+class Frozen:
+    """A frozen dataclass whose fields are frozen deeply (lists become tuples, dicts read-only)."""
 
     def __post_init__(self) -> None:
         names = _FIELDS.get(type(self))
@@ -77,9 +78,15 @@ class StateItem:
             if type(value) not in _SCALARS:
                 object.__setattr__(self, name, freeze(value))
 
-    def evolve(self: T, **changes: Any) -> T:
+    def evolve(self: F, **changes: Any) -> F:
         """A copy with some fields replaced."""
         return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class StateItem(Frozen):
+    """Base of every kind of shared state: a frozen dataclass whose fields are frozen deeply, held
+    by type in `State`."""
 
 
 @dataclass(frozen=True)
@@ -149,18 +156,95 @@ class LossReport(StateItem):
         return self.values.get(key, default)
 
 
+#: What a system message an excerpt replaced is keyed by: its index in the history.
+SystemIndex = int
+
+
+@dataclass(frozen=True)
+class ConversationPlan(Frozen):
+    """How one conversation was compacted: which messages stay verbatim (`head`, `tail`, indices
+    in the history), which were `dropped`, the room the summary had (`summary_tokens`), the
+    history's size before (`original_tokens`) and the messages' cost after (`tokens`), the `summary`
+    (None when nothing was summarised) with its message role, and the system messages sent as an
+    excerpt (`system`: index -> new text, with the kept spans, [before, after] tokens, the ids the
+    markers cite and the query they were chosen for). `to_dict` is the JSON form reports carry."""
+
+    head: tuple[int, ...] = ()
+    tail: tuple[int, ...] = ()
+    dropped: tuple[int, ...] = ()
+    summary_tokens: int = 0
+    original_tokens: int = 0
+    unchanged: bool = False
+    notes: tuple[str, ...] = ()
+    source_id: str = ""
+    summary_role: str = "user"
+    #: The speaker whose handoff the summary is (the main one when no role was asked for).
+    role: str | None = None
+    #: How the summary was written: none, rules, llm.
+    method: str = "none"
+    quality: float = 1.0
+    tokens: int = 0
+    summary: str | None = None
+    kind: str = "auto"
+    system: Mapping[SystemIndex, str] = field(default_factory=lambda: MappingProxyType({}))
+    system_spans: Mapping[SystemIndex, tuple[tuple[int, int], ...]] = field(
+        default_factory=lambda: MappingProxyType({}))
+    system_tokens: Mapping[SystemIndex, tuple[int, int]] = field(default_factory=lambda: MappingProxyType({}))
+    system_ids: tuple[str, ...] = ()
+    system_query: str | None = None
+    #: The chunk ids of the dropped messages the summary cites (None: no summary was written).
+    cited: tuple[str, ...] | None = None
+    #: The share of the budget the compressor used (None: not recorded).
+    budget_share: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON-ready data, keys in the order reports have always shown them; the
+        system fields only when a system message was shortened, `cited` only when a summary was
+        written, `budget_share` only when recorded."""
+        data = {f.name: thaw(getattr(self, f.name)) for f in fields(self)}
+        if not self.system:
+            for name in _SYSTEM_FIELDS:
+                del data[name]
+        for name in ("cited", "budget_share"):
+            if data[name] is None:
+                del data[name]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ConversationPlan:
+        """A plan from its JSON form (`to_dict`'s, system indices as strings or ints); TypeError
+        naming an unknown key."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise TypeError(f"unknown conversation plan field(s): {', '.join(unknown)}")
+        values = dict(data)
+        for name in _SYSTEM_FIELDS[:3]:
+            if name in values:
+                values[name] = {int(k): v for k, v in (values[name] or {}).items()}
+        return cls(**values)
+
+
+_SYSTEM_FIELDS = ("system", "system_spans", "system_tokens", "system_ids", "system_query")
+
+
 @dataclass(frozen=True)
 class CompactionPlan(StateItem):
-    """How a history compressor compacted each conversation, by source id: which messages stay
-    verbatim (`head`, `tail`), which were `dropped`, the `summary` and its role, shortened
-    `system` messages, sizes and quality. `compact_messages` and the message renderer assemble the
-    output messages from it."""
+    """How a history compressor compacted each conversation, by source id (`ConversationPlan`).
+    `compact_messages` and the message renderer assemble the output messages from it."""
 
-    plans: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: _EMPTY)
+    plans: Mapping[str, ConversationPlan] = field(default_factory=lambda: _EMPTY)
 
-    def for_source(self, source_id: str) -> Mapping[str, Any]:
-        """The plan of one conversation (empty when that source was not compacted)."""
-        return self.plans.get(source_id) or _EMPTY
+    def __post_init__(self) -> None:
+        for source_id, plan in self.plans.items():
+            if not isinstance(plan, ConversationPlan):
+                raise TypeError(f"CompactionPlan.plans[{source_id!r}] is a {type(plan).__name__}, not a "
+                                "ConversationPlan (ConversationPlan.from_dict reads the JSON form)")
+        super().__post_init__()
+
+    def for_source(self, source_id: str) -> ConversationPlan | None:
+        """The plan of one conversation (None when that source was not compacted)."""
+        return self.plans.get(source_id)
 
 
 @dataclass(frozen=True)
@@ -235,6 +319,6 @@ def state_name(item: Any) -> str:
     return item.__name__ if isinstance(item, type) else str(item)
 
 
-__all__ = ["BudgetShare", "CompactionPlan", "ConversationOptions", "Knowledge", "LossReport",
-           "RenderInfo", "RunInputs", "State", "StateItem", "TranscriptOptions", "freeze",
+__all__ = ["BudgetShare", "CompactionPlan", "ConversationOptions", "ConversationPlan", "Frozen", "Knowledge",
+           "LossReport", "RenderInfo", "RunInputs", "State", "StateItem", "TranscriptOptions", "freeze",
            "state_name", "thaw"]

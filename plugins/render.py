@@ -178,8 +178,7 @@ class MessagesRenderer(Component):
             if plan is None:
                 lists.append((source, [to_dict(m) for m in source.messages]))
             else:
-                lists.append((source, assemble(source.messages, plan, plan.get("summary"),
-                                               plan.get("summary_role", "user"))))
+                lists.append((source, assemble(source.messages, plan, plan.summary, plan.summary_role)))
         if not lists:
             got = ", ".join(f"{s.uri or s.id} ({s.kind})" for s in context.sources[:3]) or "no input"
             raise InputError("render.messages needs a conversation (a JSON message list) as input; "

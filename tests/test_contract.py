@@ -20,6 +20,7 @@ from compactor.plugins.chunk import SentenceChunker, TokenChunker
 from compactor.state import (
     BudgetShare,
     CompactionPlan,
+    ConversationPlan,
     Knowledge,
     LossReport,
     RenderInfo,
@@ -38,18 +39,22 @@ TEXT = ("The payment service crashed at 09:14 because the database pool ran out 
 # -- typed state, frozen all the way down -------------------------------------------------------
 
 def test_state_is_frozen_all_the_way_down() -> None:
-    plan = CompactionPlan({"s1": {"head": [0, 1], "dropped": {2, 3}, "system": {"0": "short"}}})
+    plan = CompactionPlan({"s1": ConversationPlan(head=[0, 1], dropped={2, 3},  # type: ignore[arg-type]
+                                                  system={0: "short"}, notes=["a note"])})
     context = Context().with_state(plan, RunInputs(10))
     held = context.state.get(CompactionPlan)
-    assert held is not None and held.for_source("s1")["head"] == (0, 1)
+    found = held.for_source("s1") if held is not None else None
+    assert found is not None and found.head == (0, 1) and held is not None
     with pytest.raises(AttributeError):
-        held.plans["s1"]["head"].append(9)  # type: ignore[attr-defined]
+        found.head.append(9)  # type: ignore[attr-defined]
     with pytest.raises(TypeError):
-        held.plans["s1"]["system"]["0"] = "changed"  # type: ignore[index]
+        found.system[0] = "changed"  # type: ignore[index]
     with pytest.raises(TypeError):
-        held.plans["s2"] = {}  # type: ignore[index]
+        held.plans["s2"] = ConversationPlan()  # type: ignore[index]
     with pytest.raises(AttributeError):
-        held.plans["s1"]["dropped"].add(4)  # type: ignore[attr-defined]
+        found.dropped.add(4)  # type: ignore[attr-defined]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        found.summary = "rewritten"  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
         held.plans = {}  # type: ignore[misc]
     with pytest.raises(AttributeError):
@@ -57,7 +62,8 @@ def test_state_is_frozen_all_the_way_down() -> None:
     with pytest.raises(TypeError):
         context.state[Knowledge] = Knowledge()  # type: ignore[index]
     assert context.input_tokens == 10 and Context().input_tokens == 0
-    assert thaw(held.plans) == {"s1": {"head": [0, 1], "dropped": [2, 3], "system": {"0": "short"}}}
+    assert held.for_source("s2") is None
+    assert thaw(found.system) == {0: "short"} and found.notes == ("a note",)
 
 
 def test_state_holds_one_item_per_type_and_names_what_is_missing() -> None:
@@ -89,11 +95,11 @@ def test_a_real_compaction_plan_is_frozen_and_found_by_type() -> None:
     found = result.state.get(CompactionPlan)
     assert found is not None and len(found.plans) == 1
     plan = next(iter(found.plans.values()))
-    assert isinstance(plan["dropped"], tuple | frozenset)
-    with pytest.raises((AttributeError, TypeError)):
-        plan["dropped"].append(0)
-    with pytest.raises(TypeError):
-        plan["summary"] = "rewritten"  # type: ignore[index]
+    assert isinstance(plan, ConversationPlan) and isinstance(plan.dropped, tuple) and plan.dropped
+    with pytest.raises(AttributeError):
+        plan.dropped.append(0)  # type: ignore[attr-defined]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.summary = "rewritten"  # type: ignore[misc]
     assert result.state.get(RunInputs).input_tokens > 200
     assert result.state.get(RenderInfo).budgeted is False  # a message list is priced per message
 

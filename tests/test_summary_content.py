@@ -24,7 +24,7 @@ from compactor.formats.messages import conversation_source, read_messages
 from compactor.pipeline import Pipeline
 from compactor.plugins.compress import history as hx
 from compactor.plugins.compress.conversation import message_chars, short_marker
-from compactor.state import CompactionPlan, ConversationOptions, LossReport, State, thaw
+from compactor.state import CompactionPlan, ConversationOptions, LossReport, State
 from compactor.text.tokens import get_counter
 
 from .helpers import EVAL
@@ -102,8 +102,11 @@ def run(history: list[dict[str, Any]], budget: int, pipeline: str | Pipeline = "
                       state=State([ConversationOptions({"keep_last": 4, **options})]))
     runner = pipeline if isinstance(pipeline, Pipeline) else pipeline_for(pipeline)
     result = runner.run(context, output_format="messages")
-    plan = thaw(result.state.get(CompactionPlan).for_source(source.id))
-    return str(plan.get("summary") or ""), plan, result
+    found = result.state.get(CompactionPlan)
+    assert found is not None
+    plan = found.for_source(source.id)
+    assert plan is not None
+    return str(plan.summary or ""), plan.to_dict(), result
 
 
 def bullets(summary: str, section: str) -> list[str]:

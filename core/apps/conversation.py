@@ -34,7 +34,7 @@ from compactor.formats.messages import (
     to_dict,
 )
 from compactor.formats.system_prompt import system_records
-from compactor.state import CompactionPlan, ConversationOptions, State, thaw
+from compactor.state import CompactionPlan, ConversationOptions, State
 from compactor.store import Batch, ChunkStore, open_store
 from compactor.text.tokens import get_counter
 
@@ -253,14 +253,14 @@ def _run_summary(messages: list[Any], budget: int, runner: Any, target: ChunkSto
     result = runner.run(context, output_format="messages", store=target, session=session_id,
                         llm=llm_settings)
     found = result.state.get(CompactionPlan)
-    plan = thaw(found.for_source(source.id)) if found is not None else {}  # JSON-ready, as reported
-    if not plan:
+    plan = found.for_source(source.id) if found is not None else None
+    if plan is None:
         raise InputError("the pipeline has no history compressor step (such as compress.eight_segment): "
                          "nothing compacted the history")
     summary_role = str(options["summary_role"])
-    out = assemble(parsed, plan, plan.get("summary"), summary_role)  # the input dicts, copied as they are
+    out = assemble(parsed, plan, plan.summary, summary_role)  # the input dicts, copied as they are
     counter = runner.counter
-    dropped = set(plan["dropped"])
+    dropped = set(plan.dropped)
     chunks = [c for c in result.chunks if c.source_id == source.id]
     if [c.units for c in chunks] != [(i, i + 1) for i in range(len(parsed))]:  # not chunk.messages' work
         chunks = message_chunks(source, counter)
@@ -270,9 +270,9 @@ def _run_summary(messages: list[Any], budget: int, runner: Any, target: ChunkSto
         target.commit_batch(session_id, Batch(
             sources=(source, *(s for s, _ in originals)),
             chunks=[*dropped_chunks, *(c for _, c in originals)],
-            report={"kind": "conversation", "tokens": plan.get("tokens")}))
-    report = {**plan, "source_id": source.id, "dropped_ids": [c.id for c in dropped_chunks],
-              "output_tokens": plan["tokens"],
+            report={"kind": "conversation", "tokens": plan.tokens}))
+    report = {**plan.to_dict(), "source_id": source.id, "dropped_ids": [c.id for c in dropped_chunks],
+              "output_tokens": plan.tokens,
               "steps": [{"step": r.step, "tokens_in": r.tokens_in, "tokens_out": r.tokens_out,
                          "seconds": round(r.seconds, 6), "details": dict(r.details),
                          "warnings": list(r.warnings)} for r in result.reports]}

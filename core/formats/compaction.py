@@ -10,6 +10,7 @@ lets a provider's prompt cache survive the compaction. The plan is framework cod
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from compactor.document import Message
 from compactor.errors import BudgetError
 from compactor.formats.clearing import output_indices, request_indices
 from compactor.formats.messages import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, Unit, answers, to_dict, units
+from compactor.state import ConversationPlan
 
 #: The kinds of history compacted differently (`compress.eight_segment`'s `kind`).
 KINDS: tuple[str, ...] = ("coding", "tool", "chat", "meeting")
@@ -168,11 +170,11 @@ def _cost(costs: Sequence[int], unit: Unit) -> int:
     return sum(costs[unit.start:unit.end])
 
 
-def assemble(messages: Sequence[Message], plan: Mapping[str, Any], summary: str | None,
+def assemble(messages: Sequence[Message], plan: ConversationPlan, summary: str | None,
              summary_role: str = "user") -> list[dict[str, Any]]:
     """The message list to send: head verbatim, the summary message, tail verbatim. A system
-    message the plan shortened (`plan["system"]`: index -> text) goes out with its new text."""
-    replaced = {int(i): str(text) for i, text in (plan.get("system") or {}).items()}
+    message the plan shortened (`plan.system`: index -> text) goes out with its new text."""
+    replaced = plan.system
 
     def copy(i: int) -> dict[str, Any]:
         data = to_dict(messages[i])
@@ -180,19 +182,22 @@ def assemble(messages: Sequence[Message], plan: Mapping[str, Any], summary: str 
             data["content"] = replaced[i]
         return data
 
-    if plan.get("unchanged") or summary is None:
+    if plan.unchanged or summary is None:
         return [copy(i) for i in range(len(messages))]
-    out = [copy(i) for i in plan["head"]]
+    out = [copy(i) for i in plan.head]
     out.append({"role": summary_role, "content": summary})
-    out.extend(copy(i) for i in plan["tail"])
+    out.extend(copy(i) for i in plan.tail)
     return out
 
 
-def plan_dict(plan: Plan) -> dict[str, Any]:
-    """A plan as JSON-ready data (what `compactor.state.CompactionPlan` carries, frozen)."""
-    return {"head": list(plan.head), "tail": list(plan.tail), "dropped": list(plan.dropped),
-            "summary_tokens": plan.summary_tokens, "original_tokens": plan.original_tokens,
-            "unchanged": plan.unchanged, "notes": list(plan.notes)}
+def conversation_plan(plan: Plan, base: ConversationPlan | None = None, **changes: Any) -> ConversationPlan:
+    """The state's plan of one conversation (what `compactor.state.CompactionPlan` carries) with
+    `plan`'s layout (head, tail, dropped, the summary's allowance, sizes, notes): `base` (by default
+    an empty one) with those and `changes` replaced."""
+    return dataclasses.replace(base or ConversationPlan(), head=plan.head, tail=plan.tail,
+                               dropped=plan.dropped, summary_tokens=plan.summary_tokens,
+                               original_tokens=plan.original_tokens, unchanged=plan.unchanged,
+                               notes=plan.notes, **changes)
 
 
 def same_turn(original: Mapping[str, Any], kept: Mapping[str, Any]) -> bool:

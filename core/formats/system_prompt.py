@@ -5,7 +5,7 @@ first but, when they would take more than `SYSTEM_SHARE` of the budget, replace 
 with an excerpt chosen by the qa engine (the `qa` pipeline's chunking and scoring, run by the
 component that asks, which hands it in as `rank`) against the conversation's opening request(s).
 The excerpt is whole sentences of the original, in their order, traceable by offset
-(`plan["system_spans"]`); a marker line cites the id of the original text (a source of its own,
+(`ConversationPlan.system_spans`); a marker line cites the id of the original text (a source of its own,
 whose id is its hash), which `compact_messages` and the CLI store with the summarised messages, so
 `expand` gives the full text back.
 
@@ -17,7 +17,7 @@ within its share is left as it is (a compacted history compacted again keeps it 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import regex
@@ -26,6 +26,7 @@ from compactor.document import Chunk, Context, Message, Source, chunk_id
 from compactor.errors import BudgetError
 from compactor.formats.compaction import SUMMARY_MARK
 from compactor.formats.messages import TOKENS_PER_REPLY, answers, message_tokens
+from compactor.state import ConversationPlan
 from compactor.text.language import is_chinese
 from compactor.text.tokens import TokenCounter
 
@@ -145,12 +146,12 @@ def system_record(text: str, counter: TokenCounter) -> tuple[Source, Chunk]:
                          text=text, tokens=counter.count(text))
 
 
-def system_records(messages: Sequence[Message], plan: Mapping[str, Any], counter: TokenCounter
+def system_records(messages: Sequence[Message], plan: ConversationPlan, counter: TokenCounter
                    ) -> list[tuple[Source, Chunk]]:
-    """What to store for the system messages a plan shortened (`plan["system"]`): their originals
+    """What to store for the system messages a plan shortened (`plan.system`): their originals
     (one already shortened by an earlier compaction cites what that one stored)."""
     out = []
-    for i in sorted(int(k) for k in plan.get("system") or {}):
+    for i in sorted(plan.system):
         if i < len(messages) and _MARKED.match(messages[i].content) is None:
             out.append(system_record(messages[i].content, counter))
     return out

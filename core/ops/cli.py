@@ -200,9 +200,9 @@ def _main(args: argparse.Namespace) -> int:
     if store is not None and (args.store or args.session):
         found = context.state.get(CompactionPlan)
         plans = found.plans if found is not None else {}
-        originals = list({o.id: (o, c) for s in context.sources  # system prompts sent as an excerpt
-                          for o, c in system_records(s.messages, plans.get(s.id) or {}, pipeline.counter)
-                          }.values())
+        # the originals of system prompts sent as an excerpt, stored for `expand`
+        originals = list({o.id: (o, c) for s in context.sources if s.id in plans
+                          for o, c in system_records(s.messages, plans[s.id], pipeline.counter)}.values())
         store.commit_batch(args.session or "conversation", Batch(
             sources=(*context.sources, *(o for o, _ in originals)),
             chunks=(*context.chunks, *(c for _, c in originals)), report={"kind": "conversation"}))

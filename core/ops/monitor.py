@@ -81,11 +81,10 @@ class RunRecorder:
             tokens_in = int(context.input_tokens or 0)
             tokens_out = context.output_tokens
             found = context.state.get(CompactionPlan)
-            plans = found.plans if found is not None else {}
-            if plans and all(isinstance(p, Mapping) and "tokens" in p for p in plans.values()):
+            if found is not None and found.plans:
                 # a compacted history costs what its messages cost in a request (as its input was
                 # counted and its budget applies), not the tokens of the JSON text it is written as
-                tokens_out = sum(int(p["tokens"]) for p in plans.values())
+                tokens_out = sum(p.tokens for p in found.plans.values())
             loss = context.state.get(LossReport)
             record.update(
                 tokens_in=tokens_in, tokens_out=tokens_out,

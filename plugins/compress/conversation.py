@@ -34,7 +34,13 @@ import regex
 
 from compactor.components import Component, DataPath, param
 from compactor.document import Chunk, Context, Message, Segment, Source, chunk_id, frozen_mapping
-from compactor.formats.compaction import MIN_SUMMARY_TOKENS, SUMMARY_MARK, Plan, plan_compaction, plan_dict
+from compactor.formats.compaction import (
+    MIN_SUMMARY_TOKENS,
+    SUMMARY_MARK,
+    Plan,
+    conversation_plan,
+    plan_compaction,
+)
 from compactor.formats.messages import (
     TOKENS_PER_MESSAGE,
     TOKENS_PER_REPLY,
@@ -55,7 +61,7 @@ from compactor.plugins.compress.file_memory import recent_files, render_views
 from compactor.plugins.compress.kinds import AGENT_KINDS, detect_kind, session_dates
 from compactor.plugins.validate import loss_report
 from compactor.run import Run
-from compactor.state import BudgetShare, CompactionPlan, ConversationOptions
+from compactor.state import BudgetShare, CompactionPlan, ConversationOptions, ConversationPlan
 from compactor.text.language import is_chinese
 from compactor.text.terms import terms
 from compactor.text.tokens import TokenCounter
@@ -172,21 +178,21 @@ class EightSegment(Component):
         options["budget_share"] = share  # applied in `compact`, to the room the system prompt leaves
         if given is not None and given.fill:  # a retry of validate.ratio: fill at least this share
             options["fill"] = float(given.fill)
-        plans: dict[str, Any] = {}
+        plans: dict[str, ConversationPlan] = {}
         segments: list[Segment] = []
         for source in context.sources:
             if source.kind != "conversation" or not source.messages:
                 continue
             mine = [c for c in context.chunks if c.source_id == source.id]
             plan, parts = me.compact(source, budget, run, options, mine)
-            plan["budget_share"] = share
-            if not plan["unchanged"] and plan.get("summary"):
+            plan = plan.evolve(budget_share=share)
+            if not plan.unchanged and plan.summary:
                 plan, parts = _quality_from_loss(context, mine, plan, parts, run.counter)
             plans[source.id] = plan
             segments.extend(parts)
         if not plans:
             run.warn("no conversation in the input: compress.eight_segment needs a message list")
-        run.note("conversations", {sid: {k: plan[k] for k in ("original_tokens", "tokens", "quality",
+        run.note("conversations", {sid: {k: getattr(plan, k) for k in ("original_tokens", "tokens", "quality",
                                                                 "method", "unchanged", "kind")}
                                    for sid, plan in plans.items()})
         return context.evolve(segments=tuple(segments), state=context.state.with_(
@@ -196,7 +202,7 @@ class EightSegment(Component):
     # -- one conversation ----------------------------------------------------------------------
 
     def compact(self, source: Source, budget: int | None, run: Run, options: Mapping[str, Any],
-                chunks: Sequence[Chunk] = ()) -> tuple[dict[str, Any], list[Segment]]:
+                chunks: Sequence[Chunk] = ()) -> tuple[ConversationPlan, list[Segment]]:
         """The plan (with the summary) and the segments for one history (`chunks`: its message chunks,
         whose token counts are the messages' costs when `chunk.messages` made them)."""
         messages = list(source.messages)
@@ -233,9 +239,9 @@ class EightSegment(Component):
         saved = sum(before - after for before, after in (system.get("system_tokens") or {}).values())
         if saved:  # the original's size is what the history cost before its system prompt was cut
             plan = dataclasses.replace(plan, original_tokens=plan.original_tokens + saved)
-        data = plan_dict(plan)
-        data.update(source_id=source.id, summary_role=summary_role, role=None, method="none",
-                    quality=1.0, tokens=plan.original_tokens - saved, summary=None, kind=kind, **system)
+        data = conversation_plan(plan, source_id=source.id, summary_role=summary_role, role=None,
+                                 method="none", quality=1.0, tokens=plan.original_tokens - saved,
+                                 summary=None, kind=kind, **system)
         role = self.role
         if role is not None:  # a role nobody is: an error naming the roles there, not an empty handoff
             roles.check_role(history or hx.History(messages), role)
@@ -280,12 +286,12 @@ class EightSegment(Component):
                 if (_readable(history, scope, alternative, verbatim)  # a tie goes to the verbatim turns
                         >= _readable(history, scope, draft, plan)):
                     plan, draft = verbatim, alternative
-                    data.update(plan_dict(plan))
+                    data = conversation_plan(plan, data)
         want = _fill_share(options.get("fill"))
         if want and not people and not pinned:
             plan, draft = self._filled(history, source, plan, draft, costs, counter, limit, want, settings,
                                        saved, role, weights, focus, {**frame, "summary_role": summary_role})
-            data.update(plan_dict(plan))
+            data = conversation_plan(plan, data)
         use_llm = self.llm
         if use_llm:
             kept = "\n".join(messages[i].content for i in (*plan.head, *plan.tail))
@@ -295,9 +301,9 @@ class EightSegment(Component):
         dropped = set(plan.dropped)
         total = (plan.original_tokens - saved - sum(costs[i] for i in plan.dropped)
                  + message_tokens(Message(role=summary_role, content=draft.text), counter))
-        data.update(summary=draft.text, method=draft.method, quality=round(draft.quality, 3),
-                    tokens=total, role=role or _main_role(history),
-                    cited=[chunk_id(source.id, i) for i in draft.cited if i in dropped])
+        data = data.evolve(summary=draft.text, method=draft.method, quality=round(draft.quality, 3),
+                           tokens=total, role=role or _main_role(history),
+                           cited=[chunk_id(source.id, i) for i in draft.cited if i in dropped])
         for note in plan.notes:
             run.warn(note)
         parts = [_message_segment(source, i, messages[i], costs[i]) for i in plan.head]
@@ -695,8 +701,8 @@ def _rank_system(text: str, query: str | None, allowance: int) -> Context:
     return _system_pipeline().run(Source.from_text(text), query=query, budget=allowance)
 
 
-def _quality_from_loss(context: Context, chunks: Sequence[Chunk], plan: dict[str, Any],
-                       parts: list[Segment], counter: TokenCounter) -> tuple[dict[str, Any], list[Segment]]:
+def _quality_from_loss(context: Context, chunks: Sequence[Chunk], plan: ConversationPlan,
+                       parts: list[Segment], counter: TokenCounter) -> tuple[ConversationPlan, list[Segment]]:
     """Put `validate.loss`'s retention in the metadata block instead of the rule draft's own signal
     count: the same measure on the same chunks and on the segments as they go out, the figure
     included (it is a number the measure may find in a message, so it is settled in turn). Up to
@@ -712,11 +718,11 @@ def _quality_from_loss(context: Context, chunks: Sequence[Chunk], plan: dict[str
         figure = f"{retention:.2f}"
         if shown is not None and f"{shown:.2f}" == figure:
             break
-        fixed = _with_quality(str(plan["summary"]), retention)
-        if counter.count(fixed) > int(plan["summary_tokens"]):  # a figure one token longer: none fits
+        fixed = _with_quality(str(plan.summary), retention)
+        if counter.count(fixed) > plan.summary_tokens:  # a figure one token longer: none fits
             break
         shown = retention
-        plan = {**plan, "quality": round(retention, 3), "summary": fixed}
+        plan = plan.evolve(quality=round(retention, 3), summary=fixed)
         parts = [dataclasses.replace(part, text=text, tokens=counter.count(text))
                  if part.metadata.get("section") in ("metadata", "marker")
                  and (text := _with_quality(part.text, retention)) != part.text else part for part in parts]
