@@ -13,7 +13,7 @@ from compactor import ContextCompacter
 from compactor.errors import StoreError
 from compactor.store import open_store
 
-from .helpers import run_cli
+from ..helpers import run_cli
 
 QUERY = "electric car battery range price"
 RESULTS = [{"url": "https://example.org/ev", "content": "Electric cars cost 30000 dollars in 2024. "

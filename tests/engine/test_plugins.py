@@ -10,7 +10,7 @@ import pytest
 from compactor import Pipeline, PluginError
 from compactor.registry import build_registry
 
-from .helpers import run_cli, write_dist
+from ..helpers import run_cli, write_dist
 
 SHOUT = '''
 from compactor import Component, hookimpl

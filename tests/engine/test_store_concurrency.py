@@ -20,7 +20,7 @@ from compactor import ContextCompacter, SQLiteStore
 from compactor.apps.compacter import fact_to_dict
 from compactor.store import MemoryStore
 
-from .helpers import EVAL, REPO
+from ..helpers import EVAL, REPO
 
 QA = EVAL / "hotpotqa-distractor-sample" / "qa.jsonl"
 pytestmark = pytest.mark.skipif(not QA.is_file(), reason="eval data not found")

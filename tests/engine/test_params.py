@@ -20,7 +20,7 @@ from compactor.pipeline import Pipeline
 from compactor.registry import build_registry
 from compactor.run import Run
 
-from .helpers import run_cli
+from ..helpers import run_cli
 
 
 class Repeat(Component):

@@ -14,7 +14,7 @@ import compactor
 from compactor import errors
 from compactor.hookspecs import hookimpl
 
-from .helpers import REPO
+from ..helpers import REPO
 
 PACKAGE_DIRS = (REPO / "core", REPO / "plugins")
 FACES = ("compress", "compact_messages", "ContextCompacter", "ResearchSession", "compress_transcripts",

@@ -8,7 +8,7 @@ from compactor.errors import ConfigError
 from compactor.plugins import BUILTIN_COMPONENTS
 from compactor.testing import CaseFailure, load_cases, parametrize, run_case
 
-from .helpers import CASES as SHARED_CASES
+from ..helpers import CASES as SHARED_CASES
 
 CASES = SHARED_CASES / "components"
 

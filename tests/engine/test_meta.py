@@ -12,7 +12,7 @@ import compactor
 from compactor import hookspecs
 from compactor.plugins import BUILTIN_COMPONENTS
 
-from .helpers import REPO
+from ..helpers import REPO
 
 
 def imports_of(path) -> list[str]:  # type: ignore[no-untyped-def]

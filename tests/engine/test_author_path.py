@@ -20,7 +20,7 @@ import compactor
 from compactor import ConfigError, Pipeline, PluginError, hookimpl
 from compactor.registry import ENTRY_POINT_GROUP, build_registry
 
-from .helpers import REPO, write_dist
+from ..helpers import REPO, write_dist
 
 EXAMPLE = REPO / "examples" / "plugin_package"
 MODULE = "acme_compactor"
