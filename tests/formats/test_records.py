@@ -16,7 +16,7 @@ from compactor.formats.records import read_paths, sources_from_records
 from compactor.ops.batch import run_batch
 from compactor.pipeline import read_pipeline_text
 
-from .helpers import run_cli
+from ..helpers import run_cli
 
 GENERIC = read_pipeline_text("generic")
 PAGE = ("<html><head><title>Bridge</title></head><body><article><p>The Rhine bridge opened in 1931 "

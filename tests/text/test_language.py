@@ -10,7 +10,7 @@ import pytest
 from compactor.text import language, sentences
 from compactor.text.language import CJK_RANGES, HAN_BASIC, detect_lang, has_cjk, is_chinese
 
-from .helpers import REPO
+from ..helpers import REPO
 
 ROOT = REPO
 
