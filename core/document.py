@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from compactor.provenance import Edits, OffsetMap
 
 SourceKind = Literal["web_page", "text", "conversation", "transcript"]
+#: The parts of a context a component names in `requires`/`provides` (beside typed state): the
+#: chunks, their scores and labels, the facts, the output segments.
+ContextPart = Literal["chunks", "scores", "segments", "facts", "labels"]
+CONTEXT_PARTS: tuple[ContextPart, ...] = ("chunks", "scores", "segments", "facts", "labels")
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 

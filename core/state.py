@@ -28,10 +28,11 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T", bound="StateItem")
 F = TypeVar("F", bound="Frozen")
+D = TypeVar("D")
 _FIELDS: dict[type, tuple[str, ...]] = {}
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -263,14 +264,14 @@ class TranscriptOptions(StateItem):
     values: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
 
 
-class State(Mapping[type, StateItem]):
+class State(Mapping[type[StateItem], StateItem]):
     """The typed, immutable state of a context: at most one item per type, looked up by type."""
 
     __slots__ = ("_items",)
-    _items: Mapping[type, StateItem]
+    _items: Mapping[type[StateItem], StateItem]
 
     def __init__(self, items: Iterable[StateItem] = ()) -> None:
-        found: dict[type, StateItem] = {}
+        found: dict[type[StateItem], StateItem] = {}
         for item in items:
             if not isinstance(item, StateItem):
                 raise TypeError(f"state items are StateItem dataclasses, got {type(item).__name__}")
@@ -280,17 +281,26 @@ class State(Mapping[type, StateItem]):
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("State is immutable: use `with_` (or Context.with_state)")
 
-    def __getitem__(self, kind: type) -> StateItem:
+    def __getitem__(self, kind: type[StateItem]) -> StateItem:
         return self._items[kind]
 
-    def __iter__(self) -> Iterator[type]:
+    def __iter__(self) -> Iterator[type[StateItem]]:
         return iter(self._items)
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def get(self, kind: type[T], default: Any = None) -> Any:
-        """The item of type `kind`, or `default` when no step provided one."""
+    @overload
+    def get(self, kind: type[T], default: None = None) -> T | None: ...
+
+    @overload
+    def get(self, kind: type[T], default: T) -> T: ...
+
+    @overload
+    def get(self, kind: type[T], default: D) -> T | D: ...
+
+    def get(self, kind: type[T], default: object = None) -> object:
+        """The item of type `kind` (typed as that class), or `default` when no step provided one."""
         return self._items.get(kind, default)
 
     def require(self, kind: type[T]) -> T:
