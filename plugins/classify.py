@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,16 @@ import regex
 import yaml
 
 from compactor.components import Component, DataPath, param
-from compactor.document import Chunk, Context, frozen_mapping
+from compactor.document import Context
 from compactor.hookspecs import hookimpl
+
+# the quarantine helpers live in the kit; importable from here as before
+from compactor.kit import clean_parts as clean_parts
+from compactor.kit import is_quarantined as is_quarantined
+from compactor.kit import quarantine_report as quarantine_report
+from compactor.kit import split_quarantined as split_quarantined
+from compactor.kit import usable as usable
+from compactor.kit import usable_chunks as usable_chunks
 from compactor.run import Run
 from compactor.text import instructions
 from compactor.text.confusables import skeleton
@@ -314,99 +322,6 @@ def injected_spans(text: str, rules: Sequence[tuple[str, float, regex.Pattern[st
         else:
             spans.append((start, end))
     return spans
-
-
-def clean_parts(chunk: Chunk, run: Run) -> list[Chunk]:
-    """The parts of a flagged chunk outside its injected spans, as chunks of their own (id
-    `<chunk id>.<n>`, text `source.text[start:end]`, the chunk's scores, labelled `part_of`). No
-    parts for a chunk flagged without spans: it is quarantined whole."""
-    finding = chunk.labels.get("injection")
-    spans = finding.get("spans") if finding is not None and hasattr(finding, "get") else None
-    if not spans:
-        return []
-    pieces: list[tuple[int, int]] = []
-    at = chunk.start
-    for a, b in sorted((int(a), int(b)) for a, b in spans):
-        if a > at:
-            pieces.append((at, min(a, chunk.end)))
-        at = max(at, b)
-    if at < chunk.end:
-        pieces.append((at, chunk.end))
-    kept = []
-    for a, b in pieces:
-        text = chunk.text[a - chunk.start:b - chunk.start]
-        lead, trail = len(text) - len(text.lstrip()), len(text) - len(text.rstrip())
-        if regex.search(r"\w", text):
-            kept.append((a + lead, b - trail))
-    texts = [chunk.text[a - chunk.start:b - chunk.start] for a, b in kept]
-    labels = frozen_mapping({**{k: v for k, v in chunk.labels.items() if k != "injection"},
-                             "part_of": chunk.id})
-    return [Chunk(id=f"{chunk.id}.{n}", source_id=chunk.source_id, index=chunk.index, start=a, end=b,
-                  text=text, tokens=tokens, lang=chunk.lang, labels=labels, scores=chunk.scores,
-                  features=chunk.features)
-            for n, ((a, b), text, tokens) in enumerate(
-                zip(kept, texts, run.counter.count_many(texts), strict=True), start=1)]
-
-
-def is_quarantined(chunk: Chunk) -> bool:
-    """True when `classify.injection` flagged the chunk."""
-    return bool(chunk.labels.get("injection"))
-
-
-def split_quarantined(chunks: Iterable[Chunk]) -> tuple[list[Chunk], list[Chunk]]:
-    """(clean chunks, flagged chunks), both in their original order."""
-    clean: list[Chunk] = []
-    flagged: list[Chunk] = []
-    for chunk in chunks:
-        (flagged if is_quarantined(chunk) else clean).append(chunk)
-    return clean, flagged
-
-
-def quarantine_report(flagged: Sequence[Chunk], context: Context,
-                      parts: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
-    """What was kept out, for step reports: chunk id, source URL, the matched text, the removed
-    `spans`, and the ids of the clean `parts` that stand in for the chunk."""
-    urls = {s.id: s.uri for s in context.sources}
-    return [{"chunk_id": c.id, "url": urls.get(c.source_id), **dict(c.labels["injection"]),
-             "parts": list((parts or {}).get(c.id, ()))} for c in flagged]
-
-
-def usable(context: Context, run: Run, quarantine: bool = True) -> tuple[Context, list[Chunk]]:
-    """The chunks a compressor may use, and the context to go on with.
-
-    With `quarantine`, each flagged chunk is replaced by its clean parts (`clean_parts`), which the
-    returned context also holds, right after the flagged chunk, so facts and kept ids that cite them
-    resolve (and are stored) like any chunk; the flagged chunks are listed in the step report.
-    Calling it again on its own result gives the same chunks."""
-    if not quarantine:
-        return context, list(context.chunks)
-    have = {c.id for c in context.chunks}
-    chunks: list[Chunk] = []
-    every: list[Chunk] = []
-    flagged: list[Chunk] = []
-    parts_of: dict[str, list[str]] = {}
-    for chunk in context.chunks:
-        if "part_of" in chunk.labels and chunk.labels["part_of"] in have:
-            continue  # made by an earlier call: made again below, from the flagged chunk
-        every.append(chunk)
-        if not is_quarantined(chunk):
-            chunks.append(chunk)
-            continue
-        flagged.append(chunk)
-        parts = clean_parts(chunk, run)
-        parts_of[chunk.id] = [p.id for p in parts]
-        chunks.extend(parts)
-        every.extend(parts)
-    run.note("quarantined", quarantine_report(flagged, context, parts_of))
-    if flagged:
-        context = context.evolve(chunks=tuple(every))
-    return context, chunks
-
-
-def usable_chunks(context: Context, run: Run, quarantine: bool = True) -> list[Chunk]:
-    """The chunks `usable` gives (flagged ones replaced by their clean parts). A caller that keeps
-    ids of these chunks must go on with `usable`'s context, which holds the parts."""
-    return usable(context, run, quarantine)[1]
 
 
 class InjectionClassifier(Component):

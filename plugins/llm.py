@@ -17,10 +17,9 @@ from compactor.components import Component, DataPath, param, score_value
 from compactor.document import Chunk, Context, Segment, frozen_mapping
 from compactor.errors import LLMError
 from compactor.hookspecs import hookimpl
+from compactor.kit import fill, template_for, usable
 from compactor.llm import guard as llm_guard
 from compactor.llm.client import LLMClient, LLMSettings
-from compactor.llm.templates import fill, template_for
-from compactor.plugins.classify import usable
 from compactor.run import Run
 from compactor.text.language import is_chinese
 

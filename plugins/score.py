@@ -15,6 +15,7 @@ import regex
 from compactor.components import Component, ScoreSet, param
 from compactor.document import Chunk, Context
 from compactor.hookspecs import hookimpl
+from compactor.kit import bm25_scores as bm25_scores  # the one BM25, importable from here as before
 from compactor.run import Run
 from compactor.text import relevance as rel
 from compactor.text import terms as ts
@@ -82,31 +83,6 @@ class DensityScorer(Component):
                                   "facts_per_100_tokens": round(facts_per_100, 2),
                                   "boilerplate_hits": boiler}
         return ScoreSet(self.name, values, features)
-
-
-def bm25_scores(docs: Sequence[Sequence[str]], query: Sequence[str], k1: float,
-                b: float) -> tuple[list[float], dict[str, float]]:
-    """Okapi BM25 of every document for the query terms; also returns the idf of query terms."""
-    n = len(docs)
-    if not n or not query:
-        return [0.0] * n, {}
-    qset = set(query)
-    df: Counter[str] = Counter()
-    for doc in docs:
-        df.update(qset.intersection(doc))
-    avgdl = sum(len(d) for d in docs) / n or 1.0
-    idf = {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in qset}
-    qcount = Counter(query)
-    scores = []
-    for doc in docs:
-        if not doc:
-            scores.append(0.0)
-            continue
-        tf = Counter(t for t in doc if t in qset)
-        norm = k1 * (1 - b + b * len(doc) / avgdl)
-        scores.append(sum(idf[t] * f * (k1 + 1) / (f + norm) * (1 + 0.2 * (qcount[t] - 1))
-                          for t, f in tf.items()))
-    return scores, idf
 
 
 class RelevanceScorer(Component):

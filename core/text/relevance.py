@@ -172,6 +172,18 @@ class Bm25:
         return out
 
 
+def bm25_scores(docs: Sequence[Sequence[str]], query: Sequence[str], k1: float = 1.2,
+                b: float = 0.75) -> tuple[list[float], dict[str, float]]:
+    """Okapi BM25 of every document (a term list) for the query terms, with `Bm25`; also returns the
+    idf of the query terms. A repeated query term weighs a little more (`query_weights`)."""
+    if not docs or not query:
+        return [0.0] * len(docs), {}
+    index = Bm25(docs, k1, b)
+    counts = Counter(query)
+    weights = {t: 1.0 + 0.2 * (c - 1) for t, c in counts.items()}
+    return index.scores(weights), {t: index.idf(t) for t in counts}
+
+
 def _normalised(values: list[float]) -> list[float]:
     top = max(values, default=0.0)
     return [v / top for v in values] if top > 0 else [0.0] * len(values)

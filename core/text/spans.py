@@ -24,6 +24,13 @@ _SENTENCE_END = tuple(s.encode() for s in (".", "!", "?", "。", "！", "？", "
                                              "”", "」", "；"))
 Span = tuple[int, int, int]  # start, end (characters), tokens
 
+#: The gap mark: what stands between two kept stretches of a text that are not adjacent in the original
+#: (an excerpt, a source's kept spans), so a reader sees that something was left out there. Every
+#: component that drops text from the middle of a source writes this one mark.
+GAP_MARK = "\n\n[…]\n\n"
+#: Its tokens with the default counter, for a budget that reserves room for a join.
+GAP_TOKENS = 3
+
 
 _SAFE = r"(?<=\S)(?= )|(?<=\n)(?=\S)|(?<=[\p{L}\p{N}])(?=[^\s\p{L}\p{N}\p{M}'’])"
 _SAFE_FORWARD = regex.compile(_SAFE)

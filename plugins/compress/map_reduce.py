@@ -36,12 +36,10 @@ from compactor.components import Component, DataPath, param
 from compactor.document import Chunk, Context, Segment, frozen_mapping
 from compactor.formats.routing import COMPRESS, DATA_SOURCE_NOTES, DIRECT, data_source_note
 from compactor.hookspecs import hookimpl
+from compactor.kit import Kept, fill, segments_for, template_for, usable
 from compactor.llm import guard as llm_guard
 from compactor.llm.client import LLMSettings
 from compactor.llm.guard import Request, complete_guarded
-from compactor.llm.templates import fill, template_for
-from compactor.plugins.classify import usable
-from compactor.plugins.compress.select import Kept, segments_for
 from compactor.run import Run
 from compactor.text import terms as ts
 from compactor.text.extracts import information, query_idf, relevance, rule_extract

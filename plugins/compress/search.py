@@ -22,15 +22,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+from compactor import kit
 from compactor.components import Component, DataPath, param
 from compactor.document import Chunk, Context, Fact, Segment, frozen_mapping
 from compactor.formats.search_context import PREVIOUS, fact_line, heading, summary_sentences
 from compactor.hookspecs import hookimpl
+from compactor.kit import Kept, fill, segments_for, template_for, usable
 from compactor.llm.guard import Request, complete_guarded
-from compactor.llm.templates import fill, template_for
-from compactor.plugins.classify import usable
-from compactor.plugins.compress import facts as fx
-from compactor.plugins.compress.select import Kept, segments_for
 from compactor.run import Run
 from compactor.state import Knowledge
 from compactor.text import terms as ts
@@ -51,7 +49,7 @@ def _lang(chunks: Sequence[Chunk]) -> str:
 
 def fact_lines(facts: Sequence[Fact], limit: int | None, run: Run) -> tuple[str, list[Fact]]:
     """Facts as a Markdown list (best first until `limit` tokens), and the facts that made it."""
-    shown = fx.fit_facts(facts, limit, run.counter)
+    shown = kit.fit_facts(facts, limit, run.counter)
     return "\n".join(fact_line(f) for f in shown), shown
 
 
@@ -84,7 +82,7 @@ _NO_KNOWLEDGE = Knowledge()
 
 
 def _titles(context: Context) -> dict[str, str]:
-    return {s.id: t for s in context.sources if (t := fx.page_title(s.title, s.text))}
+    return {s.id: t for s in context.sources if (t := kit.page_title(s.title, s.text))}
 
 
 class _Strategy(Component):
@@ -102,7 +100,7 @@ class _Strategy(Component):
 class FactCentric(_Strategy):
     """Strategy A: query-relevant facts with chunk ids and source URLs, merged across batches.
 
-    A batch's facts are its sentences whose relevance (`facts.scored_sentences`) is at least
+    A batch's facts are its sentences whose relevance (`kit.scored_sentences`) is at least
     `threshold` times the batch's best and at least `min_score`: a relevance bar, not a count, so
     a batch with two relevant sentences gives two facts and a rich one gives many (`max_facts`
     caps the count). The budget bounds what is shown, not what is known: all of them stay in the
@@ -129,16 +127,16 @@ class FactCentric(_Strategy):
         if new is None:
             shown_before = set(_knowledge(context).checklist or (f.id for f in context.facts))
             anchors = [(f.text, f.score) for f in context.facts if f.id in shown_before]
-            ranked = fx.scored_sentences(chunks, context.query, run.counter, titles=_titles(context),
-                                         anchors=anchors)
-            new = fx.keep_facts(ranked, urls, threshold=self.threshold, floor=self.min_score,
-                                max_tokens=None, max_facts=self.max_facts)
+            ranked = kit.scored_sentences(chunks, context.query, run.counter, titles=_titles(context),
+                                          anchors=anchors)
+            new = kit.keep_facts(ranked, urls, threshold=self.threshold, floor=self.min_score,
+                                 max_tokens=None, max_facts=self.max_facts)
             run.note("extraction", "rules")
         else:
             run.note("extraction", "llm")
         working = {f.text: f.span for f in new if f.span}  # where this batch's facts are, for its segment
-        new = fx.with_input_spans(new, context.sources)
-        facts, merged = fx.merge_facts(context.facts, new)
+        new = kit.with_input_spans(new, context.sources)
+        facts, merged = kit.merge_facts(context.facts, new)
         limit = session_budget(context, budget)
         text, shown = fact_lines(facts, limit, run)
         run.note("new_facts", len(new) - merged)
@@ -170,7 +168,7 @@ class FactCentric(_Strategy):
 
         def usable(_: int, reply: str) -> list[str]:
             """The reply is accepted when at least one fact cites a real chunk and invents nothing."""
-            parsed, problems = fx.parse_llm_facts(reply, {c.id: c for c in chunks}, _urls(context))
+            parsed, problems = kit.parse_llm_facts(reply, {c.id: c for c in chunks}, _urls(context))
             for fact, source in parsed:
                 invented = invented_facts(fact.text, f"{source}\n{context.query or ''}")
                 if invented:
@@ -192,7 +190,7 @@ class ChunkFiltering(_Strategy):
     """Strategy B: keep the ids of the chunks relevant to the query; the checklist context is the
     original text of the best of them, in source order, within the session's checklist budget.
 
-    A chunk is as relevant as its best sentence (`facts.scored_sentences`); a batch keeps the chunks
+    A chunk is as relevant as its best sentence (`kit.scored_sentences`); a batch keeps the chunks
     at least `threshold` times as relevant as its best and at least `min_score` (within the budget's
     `max_tokens` per batch): that is the knowledge base, and the report context. The checklist shows
     the most relevant kept chunks whose rendered text (chunk texts and one heading per page) fits the
@@ -216,8 +214,8 @@ class ChunkFiltering(_Strategy):
     def compactor_compress(self, context: Context, run: Run) -> Context:
         context, chunks = usable(context, run, self.quarantine)
         value: dict[str, float] = {}
-        for cand in fx.scored_sentences(chunks, context.query, run.counter, titles=_titles(context),
-                                        max_tokens=None):
+        for cand in kit.scored_sentences(chunks, context.query, run.counter, titles=_titles(context),
+                                         max_tokens=None):
             value[cand.chunk.id] = max(value.get(cand.chunk.id, 0.0), cand.relevance)
         best = max(value.values(), default=0.0)
         bar = max(self.min_score, self.threshold * best)
@@ -393,11 +391,11 @@ class Summarization(Component):
     @staticmethod
     def _rules(previous: list[Chunk], chunks: list[Chunk], query: str | None, limit: int,
                run: Run) -> tuple[str, list[tuple[str, list[str]]]]:
-        pool = fx.candidates([*previous, *chunks], query, run.counter)
-        chosen: list[fx.Candidate] = []
+        pool = kit.candidates([*previous, *chunks], query, run.counter)
+        chosen: list[kit.Candidate] = []
         used = 0
         for cand in pool:
-            if any(fx.same_fact(cand.terms, c.terms) for c in chosen):
+            if any(kit.same_fact(cand.terms, c.terms) for c in chosen):
                 continue
             if used + cand.tokens + 1 > limit:  # + the newline that joins it
                 continue

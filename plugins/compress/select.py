@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Literal
 
 import regex
 
 from compactor.components import Component, has_score, param, score_value
-from compactor.document import Chunk, Context, Segment, Source
+from compactor.document import Chunk, Context, Segment
 from compactor.hookspecs import hookimpl
+from compactor.kit import GAP_MARK as GAP_MARK  # importable from here as before
+from compactor.kit import GAP_TOKENS, Kept, segments_for, source_heading, stripped
 from compactor.run import Run
 from compactor.state import BudgetShare
 from compactor.text.language import is_chinese
@@ -20,7 +21,6 @@ from compactor.text.sentences import split_sentences
 from compactor.text.spans import safe_pieces
 from compactor.text.terms import terms
 
-GAP_MARK = "\n\n[…]\n\n"
 #: A chunk is cut to fit only when at least this much room is left, and only this many per pass.
 MIN_PARTIAL_TOKENS = 4
 MAX_PARTIAL_TRIES = 3
@@ -28,104 +28,6 @@ WINDOW_LEAD = 2  # pieces kept before the first query match of a window
 _PIECE_EN = regex.compile(r"\s*\S+")  # leading space: BPE merges it into the word
 _PIECE_ZH = regex.compile(r"[^，,；;：:、。！？\s]+[，,；;：:、。！？]*\s*|\s+")
 SECTION_JOIN = "\n\n"
-
-
-@dataclass(frozen=True, slots=True)
-class Kept:
-    """A kept span of a chunk: the whole chunk, or a leading run of its sentences."""
-
-    chunk: Chunk
-    start: int  # offsets into the source text
-    end: int
-
-
-def source_heading(source: Source) -> str:
-    """The Markdown heading a source gets in `render.markdown` (also used to budget for it)."""
-    heading = source.title or (source.uri or "").rsplit("/", 1)[-1] or source.id
-    head = f"## {heading}\n"
-    if source.uri and source.uri != heading:
-        head += f"<{source.uri}>\n"
-    return head + "\n"
-
-
-def segments_for(context: Context, kept: list[Kept], *, quarantine: bool = True) -> tuple[Segment, ...]:
-    """One segment per source: its kept spans in order, overlapping spans merged, gaps marked.
-
-    With `quarantine`, the sentences `classify.injection` flagged (the `spans` of a chunk's
-    `injection` label) are cut out of every kept span of their source, leaving a gap mark, and a
-    flagged chunk without spans is left out whole: the facts around an injection stay, it goes.
-    """
-    by_source: dict[str, list[Kept]] = {}
-    for item in kept:
-        by_source.setdefault(item.chunk.source_id, []).append(item)
-    segments = []
-    for source in context.sources:
-        items = sorted(by_source.get(source.id, ()), key=lambda k: (k.start, k.end))
-        cut: list[tuple[int, int]] = []
-        if quarantine:
-            items, cut = _quarantined(items)
-        if not items:
-            continue
-        runs: list[list[int]] = []
-        ids: dict[str, None] = {}
-        for item in items:
-            if runs and item.start <= runs[-1][1]:
-                runs[-1][1] = max(runs[-1][1], item.end)
-            else:
-                runs.append([item.start, item.end])
-            ids[item.chunk.id] = None
-        if cut:
-            pieces = (stripped(source.text, a, b) for s, e in runs for a, b in _without((s, e), cut))
-            spans = [(a, b) for a, b in pieces if b > a]
-            if not spans:
-                continue
-        else:
-            spans = [stripped(source.text, s, e) for s, e in runs]
-        text = GAP_MARK.join(source.text[s:e] for s, e in spans)
-        segments.append(Segment(id=f"{source.id}-kept", text=text, chunk_ids=tuple(ids),
-                                title=source.title or source.uri, source_id=source.id,
-                                spans=tuple((source.id, s, e) for s, e in spans if e > s)))
-    return tuple(segments)
-
-
-def _quarantined(items: list[Kept]) -> tuple[list[Kept], list[tuple[int, int]]]:
-    """The kept items minus chunks flagged as a whole, and the flagged spans of their source."""
-    cut: list[tuple[int, int]] = []
-    out = []
-    for item in items:
-        finding = item.chunk.labels.get("injection")
-        if not finding:
-            out.append(item)
-            continue
-        spans = finding.get("spans") if isinstance(finding, Mapping) else None
-        if spans:
-            cut.extend((int(a), int(b)) for a, b in spans)
-            out.append(item)
-    return out, sorted(cut)
-
-
-def _without(span: tuple[int, int], cut: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """`span` with the (sorted) `cut` ranges taken out."""
-    start, end = span
-    pieces = []
-    for a, b in cut:
-        if b <= start or a >= end:
-            continue
-        if a > start:
-            pieces.append((start, a))
-        start = max(start, b)
-    if start < end:
-        pieces.append((start, end))
-    return pieces
-
-
-def stripped(text: str, start: int, end: int) -> tuple[int, int]:
-    """`[start, end)` without the whitespace at its edges (what `text[start:end].strip()` keeps)."""
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return start, end
 
 
 def mmr_order(chunks: list[Chunk], value: dict[str, float], redundancy: float,
@@ -184,7 +86,7 @@ class SelectCompressor(Component):
     stage = "compress"
     requires = ("chunks",)
     provides = ("segments", BudgetShare)
-    _gap_tokens = 3  # GAP_MARK between kept spans that are not adjacent
+    _gap_tokens = GAP_TOKENS  # GAP_MARK between kept spans that are not adjacent
 
     order: Literal["score", "position"] = param("score", doc="rank by the combined score or keep order")
     max_tokens: int | None = param(None, doc="tokens at most, below the budget")

@@ -1,55 +1,27 @@
-"""compress.topics and render.footnotes: seed 001's topic compression with footnote citations.
+"""compress.topics: topic compression with footnote citations (rendered by render.footnotes).
 
 Sources carry their research topic in `metadata["topic"]` (the JSONL field `topic`, or
 `ContextCompacter.compress_topics`); sources without one share the query as their topic. Per topic,
 the facts relevant to the topic (and the query) are kept verbatim from their chunks, and every fact
 carries a Markdown footnote `[^n]` for its source URL. Numbers are given by first appearance over all
 topics in order, so several topics merge into one report context with one consistent references list
-at the end. Everything is rendered by `render_footnotes`, which `compress.topics` also uses to stay
-within the budget.
+at the end. Everything is rendered by `compactor.kit.render_footnotes`, which `compress.topics` also
+uses to stay within the budget.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from compactor.components import Component, param
 from compactor.document import Chunk, Context, Fact, Segment, frozen_mapping
 from compactor.hookspecs import hookimpl
-from compactor.plugins.classify import usable
-from compactor.plugins.compress import facts as fx
+from compactor.kit import REFERENCES as REFERENCES  # the footnote helpers, importable from here as before
+from compactor.kit import reference_of as reference_of
+from compactor.kit import render_footnotes as render_footnotes
+from compactor.kit import rule_facts, source_titles, usable, with_input_spans
 from compactor.run import Run
-
-REFERENCES = {"en": "References", "zh": "参考资料"}
-
-
-def reference_of(fact: Fact, titles: Mapping[str, str]) -> str:
-    """What a footnote points to: the source URL, else the source's title or id."""
-    if fact.source_url:
-        return fact.source_url
-    source_id = fact.chunk_ids[0].rsplit("-", 1)[0] if fact.chunk_ids else "unknown"
-    return titles.get(source_id) or f"source {source_id}"
-
-
-def render_footnotes(segments: Sequence[Segment], facts: Mapping[str, Fact], titles: Mapping[str, str],
-                     heading: str = REFERENCES["en"]) -> tuple[str, dict[str, int]]:
-    """Topics as Markdown sections of footnoted facts plus one references list; also returns the
-    footnote number of every reference."""
-    numbers: dict[str, int] = {}
-    parts: list[str] = []
-    for segment in segments:
-        lines = []
-        for fid in segment.metadata.get("fact_ids", ()):
-            fact = facts[fid]
-            ref = reference_of(fact, titles)
-            number = numbers.setdefault(ref, len(numbers) + 1)
-            lines.append(f"- {fact.text}[^{number}]")
-        if lines:
-            parts.append(f"## {segment.title or segment.id}\n\n" + "\n".join(lines))
-    if numbers:
-        parts.append(f"## {heading}\n\n" + "\n".join(f"[^{n}]: {ref}" for ref, n in numbers.items()))
-    return "\n\n".join(parts), numbers
 
 
 def _position(fact: Fact, chunks: Mapping[str, Chunk], order: Mapping[str, int]) -> tuple[int, int]:
@@ -57,8 +29,7 @@ def _position(fact: Fact, chunks: Mapping[str, Chunk], order: Mapping[str, int])
     return order[chunk.source_id], chunk.start + chunk.text.find(fact.text)
 
 
-def _titles(context: Context) -> dict[str, str]:
-    return {s.id: s.title or s.uri or s.id for s in context.sources}
+_titles = source_titles  # the name render.footnotes imports
 
 
 class TopicCompressor(Component):
@@ -87,15 +58,15 @@ class TopicCompressor(Component):
         segments: list[Segment] = []
         for topic, members in topics.items():
             query = topic if topic == context.query or not context.query else f"{topic} {context.query}"
-            found = fx.rule_facts(members, query, run.counter, urls, max_facts=self.max_facts,
-                                  min_score=self.min_score)
+            found = rule_facts(members, query, run.counter, urls, max_facts=self.max_facts,
+                               min_score=self.min_score)
             if not found:  # nothing names the topic: its most informative statements stand for it
-                found = fx.rule_facts(members, None, run.counter, urls, max_facts=self.max_facts,
-                                      min_score=self.min_score)
+                found = rule_facts(members, None, run.counter, urls, max_facts=self.max_facts,
+                                   min_score=self.min_score)
             located = {c.id: c for c in members}
             found.sort(key=functools.partial(_position, chunks=located, order=order))
             working = {f.id: f.span for f in found if f.span}  # working-text spans, for the segment
-            for fact in fx.with_input_spans(found, context.sources):  # facts keep input offsets
+            for fact in with_input_spans(found, context.sources):  # facts keep input offsets
                 all_facts.setdefault(fact.id, fact)
             ids = tuple(dict.fromkeys(c for f in found for c in f.chunk_ids))
             segments.append(Segment(id=f"topic-{len(segments) + 1}", text="\n".join(f.text for f in found),
@@ -113,7 +84,7 @@ class TopicCompressor(Component):
         limit = context.resolved_budget()
         if limit is None:
             return segments
-        titles = _titles(context)
+        titles = source_titles(context)
         keep = {fid for s in segments for fid in s.metadata["fact_ids"]}
 
         def rebuilt() -> list[Segment]:
