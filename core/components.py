@@ -41,7 +41,7 @@ from compactor.errors import ConfigError, InputError, Problem
 from compactor.hookspecs import STAGE_HOOKS, Stage
 
 if typing.TYPE_CHECKING:
-    from compactor.document import Chunk
+    from compactor.document import Chunk, ContextPart
     from compactor.state import StateItem
 
 STAGES: tuple[str, ...] = tuple(STAGE_HOOKS)
@@ -63,7 +63,7 @@ class DataPath(str):
 
 #: What `requires`/`provides` name: a part of the context ("chunks", "scores", "segments", "facts",
 #: "labels") or a kind of typed state (a `compactor.state.StateItem` subclass such as `LossReport`).
-Requirement: TypeAlias = "str | type[StateItem]"
+Requirement: TypeAlias = "ContextPart | type[StateItem]"
 
 
 @dataclass(frozen=True, slots=True)

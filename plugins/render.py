@@ -12,8 +12,7 @@ from compactor.errors import InputError
 from compactor.formats.compaction import assemble
 from compactor.formats.messages import to_dict
 from compactor.hookspecs import hookimpl
-from compactor.plugins.compress.select import source_heading
-from compactor.plugins.compress.topics import REFERENCES, _titles, render_footnotes
+from compactor.kit import REFERENCES, render_footnotes, source_heading, source_titles
 from compactor.provenance import OffsetMap, kept_spans, source_map
 from compactor.run import Run
 from compactor.state import CompactionPlan, RunInputs
@@ -208,6 +207,7 @@ class FootnoteRenderer(Component):
         else:
             segments = context.segments
         lang = "zh" if is_chinese((s.title or "")[:20] for s in segments) else "en"
-        text, numbers = render_footnotes(segments, facts, _titles(context), self.heading or REFERENCES[lang])
+        heading = self.heading or REFERENCES[lang]
+        text, numbers = render_footnotes(segments, facts, source_titles(context), heading)
         run.note("footnotes", len(numbers))
         return text

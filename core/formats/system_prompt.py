@@ -28,13 +28,14 @@ from compactor.formats.compaction import SUMMARY_MARK
 from compactor.formats.messages import TOKENS_PER_REPLY, answers, message_tokens
 from compactor.state import ConversationPlan
 from compactor.text.language import is_chinese
+from compactor.text.spans import GAP_MARK, GAP_TOKENS
 from compactor.text.tokens import TokenCounter
 
 #: The part of the budget the system message(s) may take before they are shortened: the rest keeps
 #: room for the summary and the latest turns.
 SYSTEM_SHARE = 0.5
-#: Between excerpts that are not adjacent in the original (as compress.select writes it).
-GAP = "\n\n[…]\n\n"
+#: Between excerpts that are not adjacent in the original (the gap mark compress.select writes).
+GAP = GAP_MARK
 #: The opening requests that make the query: user messages up to the first reply, and more (up to
 #: this many) while they hold fewer than MIN_QUERY_WORDS words ("Hi!" says nothing of the task).
 MAX_QUERY_MESSAGES = 3
@@ -42,7 +43,6 @@ MIN_QUERY_WORDS = 8
 MAX_QUERY_CHARS = 4000
 #: How much a heading's match with the query lifts the sentences of its section.
 SECTION_WEIGHT = 1.0
-GAP_TOKENS = 3
 _HEADING = regex.compile(r"#{1,6}\s")
 _MARK_EN = "{mark} System prompt shortened to the parts about this conversation's requests; full text: "
 _MARK_ZH = "{mark} 系统提示已按本对话的请求节选；全文："

@@ -51,6 +51,7 @@ from compactor.formats.messages import (
 )
 from compactor.formats.system_prompt import shorten_system
 from compactor.hookspecs import hookimpl
+from compactor.kit import loss_report
 from compactor.llm.guard import Request, complete_guarded
 from compactor.llm.templates import fill, template_for
 from compactor.pipeline import Pipeline
@@ -59,7 +60,6 @@ from compactor.plugins.compress import history as hx
 from compactor.plugins.compress import roles
 from compactor.plugins.compress.file_memory import recent_files, render_views
 from compactor.plugins.compress.kinds import AGENT_KINDS, detect_kind, session_dates
-from compactor.plugins.validate import loss_report
 from compactor.run import Run
 from compactor.state import BudgetShare, CompactionPlan, ConversationOptions, ConversationPlan
 from compactor.text.language import is_chinese
