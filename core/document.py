@@ -32,7 +32,7 @@ def content_hash(text: str, length: int = 16) -> str:
 
 
 def chunk_id(source_id: str, index: int) -> str:
-    """Chunk ids are the source hash plus the chunk's position, as the seeds ask."""
+    """Chunk ids are the source hash plus the chunk's position: stable across runs."""
     return f"{source_id}-{index:04d}"
 
 

@@ -66,7 +66,7 @@ def _chunked(context: Context, cut: Callable[[str], Cut]) -> Context:
 class TokenChunker(_Overlapping):
     """Windows of `size` tokens with `overlap`, cut at sentence ends or whitespace when possible.
 
-    Example: `{use: chunk.tokens, with: {size: 8000, overlap: 400}}` (the seeds' map-reduce sizes).
+    Example: `{use: chunk.tokens, with: {size: 8000, overlap: 400}}` (the report graph's map-reduce sizes).
     """
 
     name = "chunk.tokens"

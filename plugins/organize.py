@@ -1,7 +1,7 @@
-"""chunk.segments and organize.hierarchical: retrieved transcript segments, organised per file (seed 002).
+"""chunk.segments and organize.hierarchical: retrieved transcript segments, organised per file.
 
 `organize.hierarchical` groups each file's segments into blocks of consecutive indices and writes the
-seed's labelled layout (file start/end markers, block numbers with their index range, `[start-end]`
+labelled layout (file start/end markers, block numbers with their index range, `[start-end]`
 timestamps, a note that blocks are not continuous in time), after a file overview, in English or
 Chinese. Over the length limit (characters or tokens, `unit:`), it keeps the segments that matter for
 the question by rules, file by file, each with its timestamps, and lists what it left out; an
@@ -81,7 +81,7 @@ def blocks(lines: Sequence[_Line]) -> list[list[_Line]]:
 
 
 def layout(file: str, lines: Sequence[_Line], lang: str) -> str:
-    """One file in the seed's labelled layout."""
+    """One file in the labelled layout."""
     labels = LABELS[lang]
     out = [labels["start"].format(f=file)]
     runs = blocks(lines)
@@ -111,7 +111,7 @@ def kept_layout(file: str, kept: Sequence[_Line], total: int, lang: str) -> str:
 
 class HierarchicalOrganizer(Component):
     """Organises retrieved transcript segments per file and block; compresses by the question when
-    the result is over `max_length` (`unit`: chars, as the seed counts, or tokens).
+    the result is over `max_length` (`unit`: chars by default, or tokens).
 
     Run options in `context.state` (`TranscriptOptions`) (max_length, unit, llm) override the
     parameters; a token budget from the pipeline or `--budget` applies as well.

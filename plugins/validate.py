@@ -41,7 +41,7 @@ class LossValidator(Component):
 class RatioController(Component):
     """Bounded retries: when `validate.loss` says the loss is too high, compress again with a larger
     share of the budget; when the kept text is over budget, compress again with a smaller share;
-    when it fills less than `min_fill` of the budget (the seed's controller keeps a ratio between
+    when it fills less than `min_fill` of the budget (a ratio controller keeps a ratio between
     0.3 and 0.9), again with a larger share and a request to fill (`BudgetShare.fill`: a history
     compressor keeps more turns verbatim). Every attempt is reported; after `max_attempts` the last
     result stands."""

@@ -48,7 +48,7 @@ from compactor.state import CompactionPlan
 from compactor.store import ChunkStore, open_store
 from compactor.text.tokens import TokenCounter, get_counter
 
-#: The seeds' trigger: compact at 80% of the window (36k of 45k).
+#: The trigger: compact at 80% of the window (36k of 45k).
 DEFAULT_TRIGGER = 0.8
 #: The name compactions are recorded under in the store's runs (`compactor.ops.monitor`).
 MONITOR_NAME = "auto-compaction"

@@ -177,7 +177,7 @@ class ContextCompacter:
                  pipeline: str | Pipeline = "deep-search", query: str | None = None,
                  budget: int | None = None, plugins: Iterable[Any] = (),
                  strategy_name: str | None = None, llm: Any = None) -> None:
-        if strategy_name is not None:  # the seed's name for the same argument
+        if strategy_name is not None:  # the name search agents give the same argument
             if strategy not in (None, "fact_centric") and strategy_name_of(strategy) != strategy_name_of(
                     strategy_name):
                 raise ConfigError(Problem(f"strategy {strategy!r} and strategy_name {strategy_name!r} "
@@ -283,7 +283,7 @@ class ContextCompacter:
         of truth every strategy's knowledge points back to."""
         return SessionChunks(self.store, self.session)
 
-    # -- the seed's interface --------------------------------------------------------------------
+    # -- the search agent's interface --------------------------------------------------------------------
 
     def process_search_results(self, search_results: Iterable[SearchResult],
                                query: str | None = None) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""`compact_messages`: an agent's history, compacted to a budget and ready to send back (seed 004).
+"""`compact_messages`: an agent's history, compacted to a budget and ready to send back.
 
     >>> short = compactor.compact_messages(history, budget=8000, keep_last=4)
     >>> client.chat.completions.create(model=..., messages=short, tools=[compactor.EXPAND_TOOL, ...])
@@ -109,7 +109,7 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int | None =
     ran and what each saved. `expand_tool`: the name of the tool the caller offers for reading
     originals back (None: the summary only lists the ids). `pin`: messages (dicts), texts or file
     paths (`pathlib.Path`, read again at every compaction) that go out verbatim after the system
-    message(s), counted in the budget. `target_ratio` (or the seed's `target_compression_ratio`):
+    message(s), counted in the budget. `target_ratio` (or its other name `target_compression_ratio`):
     the budget as a share of the history's tokens; the output fills 90-100% of it.
     """
     ratio = _ratio(target_ratio, target_compression_ratio)

@@ -133,11 +133,11 @@ class ResearchSession:
         self.keep_user_messages = keep_user_messages
         self.messages: list[dict[str, Any]] = []
         #: One entry per finished topic: topic, useful_webpages, compressed_content, agent_summary,
-        #: reason, fact ids, dropped message ids (the seed's `state.search_results`).
+        #: reason, fact ids, dropped message ids (a research graph's `state.search_results`).
         self.search_results: list[dict[str, Any]] = []
         self._pending: list[dict[str, Any]] = []
         self._kept: list[int] = []
-        #: The latest report (`report()`), the seed's `state.report`.
+        #: The latest report (`report()`), a research graph's `state.report`.
         self.last_report: ResearchReport | None = None
         self._topic_start = 0
         self.add(*messages)
@@ -222,7 +222,7 @@ class ResearchSession:
         self.reflections.append(reflection.strip())
         return f"Reflection recorded: {reflection.strip()}"
 
-    # -- the seed's tools --------------------------------------------------------------------------
+    # -- the research agent's tools --------------------------------------------------------------------------
 
     def change_topic(self, new_topic: str, reason: str = "",
                      search_result_of_current_topic: str | None = None, *,

@@ -1,12 +1,12 @@
-"""Retrieved transcript segments for a video/meeting QA agent (seed 002), organised and compressed.
+"""Retrieved transcript segments for a video/meeting QA agent, organised and compressed.
 
     >>> compress_single_file_results("What about AI in medicine?", {"filename": "talk.mp4",
     ...     "segments": [{"index": 0, "start": 0.0, "end": 3.5, "text": "..."}, ...]})
     >>> compress_multiple_files_results(question, [results_for_file_1, results_for_file_2])
 
 The content is organised per file and, within a file, into blocks of consecutive segment indices,
-in the seed's labelled layout (English or Chinese labels, by the transcript's language). When it
-fits `max_length` (characters by default, as the seed counts; `unit="tokens"` for tokens) it is
+in a labelled layout (English or Chinese labels, by the transcript's language). When it
+fits `max_length` (characters by default; `unit="tokens"` for tokens) it is
 returned as it is; otherwise the `transcripts` pipeline's `organize.hierarchical` step keeps the
 segments that matter for the question, per file, each with its `[start-end]` timestamps, and an
 optional LLM pass (guarded like `llm.fallback`) may rewrite that. If anything fails, the functions
@@ -39,12 +39,12 @@ def compress_transcripts(results: Any, *, query: str, budget: int = 2000, unit: 
     """The organised (and, when over `budget`, query-compressed) content of retrieved transcript
     segments: one file's results (a dict), several (a list of dicts) or a flat list of segments.
 
-    `budget` counts characters (the seed's unit) or tokens (`unit="tokens"`). The layout is the
-    seed's (file markers, numbered blocks with a blank line between them); `overview=True` puts the
+    `budget` counts characters (the default) or tokens (`unit="tokens"`). The layout has
+    file markers, numbered blocks with a blank line between them); `overview=True` puts the
     file overview line (segments per file) on top. When an LLM is given and its reply fails or is
     refused, `on_llm_failure="rules"` returns the rule-selected segments and `"overview"` the file
-    overview alone, as the seed does. Like the seed's functions it never breaks the agent's loop:
-    unreadable results or a failed step give the file overview and a logged warning. The seed's names
+    overview alone. Like the agent tools it stands for, it never breaks the agent's loop:
+    unreadable results or a failed step give the file overview and a logged warning. The agent tools' names
     (`compress_single_file_results`, `compress_multiple_files_results`, `compress_retrieval_results`,
     with `question` and `max_length`) call this.
     """
@@ -57,7 +57,7 @@ def compress_transcripts(results: Any, *, query: str, budget: int = 2000, unit: 
     layout = {"unit": unit, "overview": overview, "on_llm_failure": on_llm_failure}
     try:
         runner = pipeline_for(pipeline, plugins)
-    except Exception as exc:  # the seed's contract: never break the agent's loop
+    except Exception as exc:  # a tool of the agent's loop must never break the agent's loop
         return _overview_after(exc, sources)
     check_overrides(runner, "segments", layout)  # a wrong option is the caller's mistake: it raises
     try:
@@ -78,7 +78,7 @@ def compress_multiple_files_results(question: str, retrieval_results_list: Any, 
                                     on_llm_failure: OnFailure = "rules",
                                     pipeline: PipelineArg = "transcripts",
                                     plugins: Iterable[Any] = ()) -> str:
-    """Seed 002's name for `compress_transcripts` over several files' results."""
+    """The agent tool's name for `compress_transcripts` over several files' results."""
     return compress_transcripts(retrieval_results_list, query=question, budget=max_length, unit=unit,
                                 llm=llm, overview=overview, on_llm_failure=on_llm_failure,
                                 pipeline=pipeline, plugins=plugins)
@@ -89,7 +89,7 @@ def compress_single_file_results(question: str, retrieval_results: Any, max_leng
                                  on_llm_failure: OnFailure = "rules",
                                  pipeline: PipelineArg = "transcripts",
                                  plugins: Iterable[Any] = ()) -> str:
-    """Seed 002's name for `compress_transcripts` over one file's results."""
+    """The agent tool's name for `compress_transcripts` over one file's results."""
     return compress_transcripts([retrieval_results], query=question, budget=max_length, unit=unit, llm=llm,
                                 overview=overview, on_llm_failure=on_llm_failure, pipeline=pipeline,
                                 plugins=plugins)
@@ -97,7 +97,7 @@ def compress_single_file_results(question: str, retrieval_results: Any, max_leng
 
 def compress_retrieval_results(question: str, retrieval_results: Any, max_length: int = 2000,
                                **options: Any) -> str:
-    """The seed's older name: one file's results (a dict) or several (a list)."""
+    """The older tool name: one file's results (a dict) or several (a list)."""
     return compress_transcripts(retrieval_results, query=question, budget=max_length, **options)
 
 

@@ -1,6 +1,6 @@
 """The people template: chats and meetings summarised by what people said, chosen by value per token.
 
-Agent histories are compacted into the eight sections of seed 004; a chat between people (or with an
+Agent histories are compacted into the eight sections; a chat between people (or with an
 assistant) and a meeting are not agent work, and those sections fill with small talk there. This
 template keeps:
 

@@ -1,4 +1,4 @@
-"""compress.eight_segment: compact an agent's history into the 8 sections of seed 004, by rules.
+"""compress.eight_segment: compact an agent's history into the 8 sections, by rules.
 
 For each conversation source the component plans what stays verbatim (`compactor.formats.compaction`:
 system messages, the first request when cheap, the last `keep_last` turns) and writes one summary of

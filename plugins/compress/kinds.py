@@ -31,7 +31,7 @@ from compactor.text.numbers import DATE, YEAR, date_key
 Kind = Literal["coding", "tool", "chat", "meeting"]
 __all__ = ["AGENT_KINDS", "KINDS", "detect_kind", "has_time_reference", "parse_date", "resolve_relative",
            "session_dates"]
-#: Kinds summarised with the seed-004 eight sections (agent work); the others use the people template.
+#: Kinds summarised with the eight sections (agent work); the others use the people template.
 AGENT_KINDS = frozenset({"coding", "tool"})
 #: A team of agents: the share of its turns that show work (code, files, tests, tickets, code symbols,
 #: tool use), with agent-role speakers; less suffices when they also hand work to each other. Meetings

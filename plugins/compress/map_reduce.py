@@ -1,12 +1,12 @@
-"""compress.map_reduce: seed 003's token router and map-reduce summarizer, rule-based by default.
+"""compress.map_reduce: the report stage's token router and map-reduce summarizer, rule-based by default.
 
 Below `max_tokens x safety_margin` (45000 x 0.8 = 36000 by default) the observations pass straight
 through ("direct_to_reporter"). Above it ("compress_first"), every chunk (use `chunk.tokens` with
-size 8000 and overlap 400, the seed's splitter) is mapped to its query-relevant sentences in parallel
+size 8000 and overlap 400, as a report graph splits) is mapped to its query-relevant sentences in parallel
 with bounded concurrency, the extracts are reduced (overlap repeats merged, order kept), and when the
-result is still above half of `max_tokens` (45000 // 2 = 22500, the seed's
+result is still above half of `max_tokens` (45000 // 2 = 22500, a report graph's
 `max_observations_tokens // 2`) a second pass keeps the best sentences across all extracts.
-The step report records the decision, the estimated tokens and the reason, like the seed's state
+The step report records the decision, the estimated tokens and the reason, like a report graph's state
 fields (`compression_decision`, `estimated_tokens`, `decision_reason`).
 
 Rule extracts are spans of the original text, so every kept sentence traces to its chunk. With
@@ -138,12 +138,12 @@ class MapReduce(Component):
         extracts = self._map(chunks, context.query, run)
         kept = self._reduce(extracts)
         segments = self._segments(context, kept)
-        # the merged result as written (gap marks and joins cost tokens too): the seed's combined_tokens
+        # the merged result as written (gap marks and joins cost tokens too): the combined tokens
         tokens = sum(run.counter.count_many([g.text for g in segments]))
         run.note("map_chunks", len(chunks))
         run.note("tokens_after_map", tokens)
         passes = 1
-        # seed 003: a second pass when the merged result is still over `max_observations_tokens // 2`
+        # a second pass when the merged result is still over `max_observations_tokens // 2`
         # (45000 // 2 = 22500), not half the 36000 routing threshold; never above that threshold
         # (a safety_margin under 0.5) nor above the caller's budget, which the output must fit.
         half = min(self.max_tokens // 2, threshold)

@@ -1,4 +1,4 @@
-"""The search-result strategies of seed 000, as compress components.
+"""The search-result strategies of a deep-research agent, as compress components.
 
 * `compress.fact_centric` (A): query-relevant facts, each with its chunk ids and source URL, merged
   across batches when they say the same thing. Rules first; an LLM extraction pass is optional and
