@@ -17,6 +17,7 @@ import pytest
 from compactor import Pipeline
 from compactor.llm.client import LLMSettings, describe_key, key_source, redact_text, redact_url
 from compactor.ops.cli import main as cli_main
+from compactor.pipeline import merged_llm
 
 from . import openai_server as fake
 from .helpers import run_cli
@@ -198,3 +199,24 @@ def test_repr_and_errors_of_settings_hide_url_keys() -> None:
     settings = LLMSettings(model="m", base_url=f"https://u:{URL_KEY}@h.example/v1", api_key=FILE_KEY)
     assert URL_KEY not in repr(settings) and FILE_KEY not in repr(settings)
     assert URL_KEY not in settings.redact(f"failed: https://u:{URL_KEY}@h.example/v1/chat {URL_KEY}")
+
+
+# -- a run's endpoint override does not inherit the pipeline file's key -----------------------------
+
+PROBE_TEXT = "The Orion probe reached orbit in 2031. It carried four cameras. " * 8
+
+
+def test_an_override_to_another_host_does_not_inherit_the_files_key(openai_server: FakeOpenAI) -> None:
+    spec = {"model": "m", "base_url": "https://llm.example/v1", "api_key": "sk-file"}
+    assert "api_key" not in merged_llm(spec, {"base_url": "https://elsewhere.example/v1"})
+    assert merged_llm(spec, {"base_url": "https://llm.example/v2"})["api_key"] == "sk-file"  # same server
+    assert merged_llm(spec, {"base_url": "https://x.example", "api_key": "sk-x"})["api_key"] == "sk-x"
+    assert merged_llm(spec, {"model": "n"})["api_key"] == "sk-file"
+    openai_server.default = Reply(status=401, content=None)
+    pipeline = Pipeline.from_string("version: 1\nllm: {model: m, api_key: sk-file-key, max_retries: 0}\n"
+                                    "steps:\n  - use: chunk.sentences\n  - use: compress.select\n"
+                                    "  - use: llm.fallback\n")
+    context = pipeline.run(PROBE_TEXT, budget=30, llm={"base_url": openai_server.base_url})
+    assert context.output and "Orion" in context.output
+    assert all("sk-file-key" not in r.headers.get("authorization", "") for r in openai_server.requests)
+    assert openai_server.requests  # the call was made, without the file's key

@@ -31,7 +31,7 @@ from compactor.integrations.openai_agents import (  # noqa: E402
     to_messages,
 )
 
-from .openai_server import FakeOpenAI, Recorded, Reply  # noqa: E402
+from ..openai_server import FakeOpenAI, Recorded, Reply  # noqa: E402
 
 WINDOW = 5_000
 ID = re.compile(r"\b[0-9a-f]{16}-\d{4}")  # a cited id, or the first of a cited range

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from compactor.ops.cli import write_atomic
 
-from .helpers import run_cli
+from ..helpers import run_cli
 
 TEXT = b"The Orion service handled 1200 requests per hour. The Kestrel cache kept a hit rate of 93%."
 

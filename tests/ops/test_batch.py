@@ -17,7 +17,7 @@ from compactor.errors import InputError
 from compactor.ops.batch import done_ids, run_batch
 from compactor.pipeline import read_pipeline_text
 
-from .helpers import EVAL, REPO
+from ..helpers import EVAL, REPO
 
 GENERIC = read_pipeline_text("generic")
 

@@ -33,7 +33,7 @@ from compactor.plugins.compress.map_reduce import rule_extract
 from compactor.text.spans import token_windows
 from compactor.text.tokens import get_counter
 
-from .helpers import REPO, asked, lead
+from ..helpers import REPO, asked, lead
 
 ROOT = REPO
 COUNTER = get_counter()

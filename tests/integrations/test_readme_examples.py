@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import REPO
+from ..helpers import REPO
 
 README = REPO / "README.md"
 #: What each example needs besides compactor (the extra's import name), and what its output must show.

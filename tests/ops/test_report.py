@@ -12,7 +12,7 @@ import pytest
 from compactor import Pipeline
 from compactor.ops.report import PAGE, html_report
 
-from .helpers import EVAL, run_cli
+from ..helpers import EVAL, run_cli
 
 
 @pytest.fixture(scope="module")

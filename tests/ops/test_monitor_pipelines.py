@@ -16,7 +16,7 @@ import pytest
 from compactor.ops.monitor import prometheus_text, rolling_stats, stats_text
 from compactor.store import MemoryStore, SQLiteStore
 
-from .helpers import run_cli
+from ..helpers import run_cli
 
 
 def _history(lang: str) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ import pytest
 from compactor.ops.batch import done_ids, run_batch
 from compactor.pipeline import read_pipeline_text
 
-from .helpers import EVAL, REPO
+from ..helpers import EVAL, REPO
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
 
