@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 from bisect import bisect_left, bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -250,6 +250,20 @@ def load_rules(path: str | None = None) -> tuple[tuple[str, float, regex.Pattern
     return tuple(rules)
 
 
+def _rule_hits(text: str, rules: Sequence[tuple[str, float, regex.Pattern[str]]] | None,
+               ) -> Iterator[tuple[str, float, list[tuple[int, int]]]]:
+    """(rule name, weight, offsets in `text` of its matches) for every rule that may match. The rules
+    read the text's skeleton (`compactor.text.confusables`: no invisible characters, look-alike
+    letters folded); only the rules whose required words occur in it run (`compactor.text.prefilter`:
+    exact)."""
+    table = tuple(rules) if rules is not None else load_rules()
+    skel = skeleton(text)
+    possible = _possible(table, skel.text)
+    for index, (name, weight, pattern) in enumerate(table):
+        if index in possible:
+            yield name, weight, [skel.span(*m.span()) for m in pattern.finditer(skel.text)]
+
+
 def scan(text: str, rules: Sequence[tuple[str, float, regex.Pattern[str]]] | None = None,
          ) -> dict[str, Any] | None:
     """The injection finding for a text (score, rule names, matched snippets), or None. The rules
@@ -258,14 +272,8 @@ def scan(text: str, rules: Sequence[tuple[str, float, regex.Pattern[str]]] | Non
     score = 0.0
     hit: list[str] = []
     matches: list[str] = []
-    table = tuple(rules) if rules is not None else load_rules()
-    skel = skeleton(text)
-    # only the rules whose required words occur in the text run (compactor.text.prefilter: exact)
-    possible = _possible(table, skel.text)
-    for index, (name, weight, pattern) in enumerate(table):
-        if index not in possible:
-            continue
-        found = [text[slice(*skel.span(*m.span()))].strip() for m in pattern.finditer(skel.text)]
+    for name, weight, spans in _rule_hits(text, rules):
+        found = [text[a:b].strip() for a, b in spans]
         if found:
             score += weight * min(len(found), 2)
             hit.append(name)
@@ -281,14 +289,8 @@ def injected_spans(text: str, rules: Sequence[tuple[str, float, regex.Pattern[st
     rule hits, and each fake chat message whole, from its opening marker to its closing one (or
     else to the end of its paragraph)."""
     hits = []
-    table = tuple(rules) if rules is not None else load_rules()
-    skel = skeleton(text)
-    possible = _possible(table, skel.text)
-    for index, (_, _, pattern) in enumerate(table):
-        if index not in possible:
-            continue
-        for m in pattern.finditer(skel.text):
-            a, b = skel.span(*m.span())
+    for _, _, spans in _rule_hits(text, rules):
+        for a, b in spans:
             while a < b and text[a].isspace():  # `^\s*` may start on the blank line before
                 a += 1
             while b > a and text[b - 1].isspace():
