@@ -12,6 +12,7 @@ import pytest
 from compactor import Pipeline
 from compactor.components import has_score, score_key, score_label, score_value
 from compactor.document import Chunk, Context
+from compactor.plugins.score import ImportanceScorer
 from compactor.plugins.validate import LEVELS, loss_report
 from compactor.registry import build_registry
 
@@ -101,3 +102,28 @@ def test_validate_loss_is_calm_when_the_important_chunk_is_kept(lang: str) -> No
     assert alert.id in {cid for s in context.segments for cid in s.chunk_ids}
     loss = loss_of(context)
     assert loss["important_lost"] is False
+
+
+# score.importance's default weights: 0.35 criticality, 0.25 dependency, 0.20 uniqueness, 0.20 actionability.
+
+
+def test_importance_weights_are_the_designed_defaults() -> None:
+    defaults = {p.name: p.default for p in ImportanceScorer.parameters()}
+    assert defaults == {"criticality": 0.35, "dependency": 0.25, "uniqueness": 0.2, "actionability": 0.2}
+    text = ("The build must pass before release; see `deploy_app` and `ConfigLoader` below.\n\n"
+            "Error: `ConfigLoader` failed to read settings.yaml, so `deploy_app` stopped.\n\n"
+            "构建必须先通过测试；参见下文的 `deploy_app`。\n\n"
+            "The weather was pleasant and the team had lunch outside.")
+    pipeline = Pipeline.from_string("version: 1\nname: importance\nsteps:\n"
+                                    "  - use: chunk.paragraphs\n    with: {size: 20}\n"
+                                    "  - use: classify.rules\n  - use: score.importance\n")
+    context = pipeline.run(text)
+    assert len(context.chunks) == 4  # one chunk per paragraph
+    swapped = 0
+    for chunk in context.chunks:
+        f = chunk.features["score.importance"]
+        expected = (0.35 * f["criticality"] + 0.25 * f["dependency"] + 0.2 * f["uniqueness"]
+                    + 0.2 * f["actionability"])  # the weights sum to 1
+        assert score_value(chunk, "importance") == pytest.approx(expected, abs=1e-3)
+        swapped += abs(f["dependency"] - f["uniqueness"]) > 0.05  # where the old weights differ
+    assert swapped >= 2

@@ -11,8 +11,8 @@ from compactor.plugins.classify import classify_text, load_tables
 from compactor.plugins.compress.select import mmr_order
 from compactor.plugins.score import bm25_scores
 
-from .helpers import CASES as SHARED_CASES
-from .helpers import run_cli
+from ..helpers import CASES as SHARED_CASES
+from ..helpers import run_cli
 
 CASES = yaml.safe_load((SHARED_CASES / "classify.yaml").read_text(encoding="utf-8"))
 COUNTER = get_counter("cl100k_base")

@@ -24,8 +24,8 @@ from compactor.plugins.llm import LLMFallback
 from compactor.registry import build_registry
 from compactor.text.fidelity import find_invented, invented_facts
 
-from . import openai_server as fake
-from .openai_server import FakeOpenAI, Reply
+from ... import openai_server as fake
+from ...openai_server import FakeOpenAI, Reply
 
 openai_server = fake.openai_server  # the fixture, by its own name
 KEY = "sk-test-secret-5f3a9c1e7d"

@@ -1,10 +1,9 @@
-"""Faults of the conversation compactor: a tool call still waiting for its results at the end of a
-history, and a role handoff asked for a role the history does not have."""
+"""A tool call still waiting for its results at the end of a history: kept whole and last, with the
+turns before it, by the plan, compact_messages, AutoCompactor and the command line."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -12,14 +11,11 @@ import pytest
 
 import compactor
 from compactor.apps.auto import AutoCompactor
-from compactor.errors import InputError
 from compactor.formats.compaction import pending_call, plan_compaction
 from compactor.formats.messages import message_tokens, read_messages, units
 from compactor.text.tokens import get_counter
 
-from .helpers import DATA, EVAL, run_cli
-
-TEAM = DATA / "team_en.json"
+from ...helpers import EVAL, run_cli
 
 
 def _call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
@@ -142,44 +138,3 @@ def test_auto_compactor_and_compact_messages_agree_on_the_pending_call() -> None
     for out in (direct, looped):
         assert compactor.count_message_tokens(out) <= 1500
         assert _dump(out[-2:]) == _dump(history[-2:]) and out[-3] == history[-3]
-
-
-# -- role= a role the history does not have -------------------------------------------------------------
-
-
-def test_an_unknown_role_is_an_input_error_naming_the_roles_present() -> None:
-    team = json.loads(TEAM.read_text(encoding="utf-8"))
-    budget = int(0.35 * compactor.count_message_tokens(team))
-    with pytest.raises(InputError, match="role 'illustrator' matches nobody") as raised:
-        compactor.compact_messages(team, budget, role="illustrator")
-    assert "the roles present: Dana, coder, planner, reviewer, tester" in str(raised.value)
-    with pytest.raises(InputError, match="matches nobody"):  # a history that fits is no exception
-        compactor.compact_messages(team, 10 * budget, role="illustrator")
-    # a role known by a synonym, by its speaker's name or by the generic speaker still writes a handoff
-    for role in ("reviewer", "qa", "Dana"):
-        out = compactor.compact_messages(team, budget, role=role)
-        assert f"role: {role}" in (out.summary or "")
-    plain = [{"role": "user", "content": "Explain the export bug. " * 60},
-             {"role": "assistant", "content": "The export drops the last row. " * 60},
-             {"role": "user", "content": "And the fix?"}]
-    assert compactor.compact_messages(plain, 200, role="assistant").summary
-    with pytest.raises(InputError, match="the roles present: assistant, user"):
-        compactor.compact_messages(plain, 200, role="tester")
-
-
-def test_a_role_addressed_before_it_speaks_is_known() -> None:
-    history = [{"role": "system", "content": "A team ships a CSV exporter."},
-               {"role": "user", "content": "Build the exporter for report.csv."}]
-    for i in range(12):
-        said = f"Wrote writer_{i} in src/export.py; it streams rows in batches of {i + 1}k."
-        history.append({"role": "assistant", "name": "coder", "content": said})
-    history.append({"role": "assistant", "name": "coder", "content": "@tester please test src/export.py."})
-    out = compactor.compact_messages(history, 300, keep_last=1, role="tester", kind="coding")
-    assert re.search(r"role:? tester\b", out.summary or "")
-
-
-def test_the_command_line_exits_2_on_an_unknown_role() -> None:
-    result = run_cli("conversation", str(TEAM), "--budget", "800", "--role", "illustrator")
-    assert result.returncode == 2 and result.stdout == ""
-    assert "role 'illustrator' matches nobody" in result.stderr
-    assert "Dana, coder, planner, reviewer, tester" in result.stderr

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from compactor import Pipeline, Source
 from compactor.plugins.clean import normalize_text
 
-from .helpers import REPO
+from ...helpers import REPO
 
 
 def run_steps(steps: str, *sources: Source) -> list[Source]:

@@ -1,8 +1,7 @@
-"""Adversarial review of issue 15 (kind-aware compaction): reproducers for the defects found.
+"""Kind-aware compaction under attack: minimal reproducers, each stating an invariant it keeps.
 
-Each test states an invariant the issue-15 code should keep. The ones that fail today are marked
-`xfail(strict=True)` with the suspected cause, so this file passes and a fix flips them (strict: a
-fixed defect makes the xfail fail, so the mark is removed with the fix).
+The ones that fail today are marked `xfail(strict=True)` with the suspected cause, so this file
+passes and a fix flips them (strict: a fixed defect makes the xfail fail, so the mark goes with the fix).
 """
 
 from __future__ import annotations
@@ -24,8 +23,8 @@ from compactor.formats.messages import read_messages
 from compactor.plugins.compress import history as hx
 from compactor.plugins.compress.kinds import detect_kind, parse_date, resolve_relative, session_dates
 
-from .helpers import REPO
-from .test_conversation_kinds import chat, coding_history, small_talk, tool_history
+from ...helpers import REPO
+from ...test_conversation_kinds import chat, coding_history, small_talk, tool_history
 
 SUNDAY = dt.date(2023, 5, 7)
 _LINE = re.compile(r"^- m(\d+)(?:, \d{4}-\d{2}-\d{2})? (.+?): (.*)$")

@@ -23,9 +23,9 @@ from compactor.text.fidelity import find_invented, invented_facts
 from compactor.text.numbers import number_values
 from compactor.text.tokens import get_counter
 
-from . import openai_server as fake
-from .helpers import EVAL, lead, run_cli
-from .openai_server import FakeOpenAI, Recorded, Reply
+from ... import openai_server as fake
+from ...helpers import EVAL, lead, run_cli
+from ...openai_server import FakeOpenAI, Recorded, Reply
 
 openai_server = fake.openai_server
 COUNTER = get_counter()

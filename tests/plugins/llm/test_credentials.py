@@ -19,9 +19,9 @@ from compactor.llm.client import LLMSettings, describe_key, key_source, redact_t
 from compactor.ops.cli import main as cli_main
 from compactor.pipeline import merged_llm
 
-from . import openai_server as fake
-from .helpers import run_cli
-from .openai_server import FakeOpenAI, Reply
+from ... import openai_server as fake
+from ...helpers import run_cli
+from ...openai_server import FakeOpenAI, Reply
 
 openai_server = fake.openai_server
 

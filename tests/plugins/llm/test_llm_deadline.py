@@ -15,9 +15,9 @@ from compactor import Pipeline
 from compactor.errors import LLMError
 from compactor.llm.client import LLMClient, LLMSettings
 
-from . import openai_server as fake
-from .helpers import run_cli
-from .openai_server import FakeOpenAI, Reply, completion
+from ... import openai_server as fake
+from ...helpers import run_cli
+from ...openai_server import FakeOpenAI, Reply, completion
 
 openai_server = fake.openai_server
 

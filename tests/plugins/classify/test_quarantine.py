@@ -1,4 +1,4 @@
-"""Untrusted pages (issue 14, item 6): injected text is flagged in every shipped pipeline that reads
+"""Quarantine of untrusted pages: injected text is flagged in every shipped pipeline that reads
 outside text, quarantine takes the injected sentences and keeps the facts around them (with exact
 provenance), and a result with nothing left is an error, not a silent empty output."""
 
@@ -17,7 +17,7 @@ from compactor.plugins.classify import injected_spans, scan
 from compactor.plugins.compress.select import GAP_MARK, Kept, segments_for
 from compactor.provenance import kept_spans
 
-from .helpers import run_cli
+from ...helpers import run_cli
 
 FACT_A = "The Golden Gate Bridge opened to traffic on 27 May 1937 after four years of construction."
 FACT_B = "Its main span is 1,280 metres long, and its two towers rise 227 metres above the water."

@@ -1,4 +1,4 @@
-"""Untrusted pages (issue 14, item 6): text a page hides from its reader never reaches the chunks.
+"""Hidden text in untrusted pages: text a page hides from its reader never reaches the chunks.
 
 `clean.html` drops what the page's inline styles and its own <style> rules hide (display, visibility,
 opacity, zero font size, off-screen positions, clipping, zero-height boxes, text in its background's
@@ -20,7 +20,7 @@ from compactor.document import Source
 from compactor.formats.html import extract_main_text
 from compactor.pipeline import Pipeline
 
-from .helpers import EVAL
+from ...helpers import EVAL
 
 FACTS = {
     "en": ("The Hubble Space Telescope was launched in April 1990 aboard the Space Shuttle Discovery, and it "

@@ -21,7 +21,7 @@ from compactor.plugins.clean import normalize_text
 from compactor.text.prefilter import _LOWER_UNSAFE, Prefilter, required_literals
 from compactor.text.sentences import detect_lang
 
-from .helpers import EVAL, REPO
+from ...helpers import EVAL, REPO
 
 TABLE = REPO / "plugins" / "data" / "classify.yaml"
 

@@ -17,8 +17,8 @@ from compactor.text.confusables import plain, skeleton
 from compactor.text.instructions import RULE_SOURCES
 from compactor.text.tokens import get_counter
 
-from .helpers import DATA as SHARED_DATA
-from .helpers import EVAL
+from ...helpers import DATA as SHARED_DATA
+from ...helpers import EVAL
 
 DATA = SHARED_DATA / "injection"
 

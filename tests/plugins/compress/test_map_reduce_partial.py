@@ -13,10 +13,10 @@ from compactor.plugins.compress.map_reduce import data_source_note, rule_extract
 from compactor.text.spans import token_windows
 from compactor.text.tokens import get_counter
 
-from . import openai_server as fake
-from .helpers import asked as _asked
-from .helpers import lead
-from .openai_server import FakeOpenAI, Recorded, Reply
+from ... import openai_server as fake
+from ...helpers import asked as _asked
+from ...helpers import lead
+from ...openai_server import FakeOpenAI, Recorded, Reply
 
 openai_server = fake.openai_server
 COUNTER = get_counter()
@@ -234,3 +234,46 @@ def test_no_call_asks_for_more_tokens_than_the_models_output_cap(openai_server: 
     sent = [r.json["max_tokens"] for r in openai_server.requests]
     assert sent and max(sent) <= 600 and len(merges(openai_server)) >= 1
     assert COUNTER.count(context.segments[0].text) <= 600
+
+
+# The shipped router's second pass runs above `max_tokens // 2` (45000 // 2 = 22500), not above half
+# the 36000 routing threshold.
+
+
+def _observations(n: int) -> str:
+    """Research observations, an English and a Chinese sentence per line, all distinct."""
+    return "\n".join(
+        f"Observation {i}: the console sold for {199 + i % 97} dollars at store {i} in {1990 + i % 35}, "
+        f"according to retailer report R-{i:05d}. "
+        f"观察{i}：该游戏机于{1990 + i % 35}年在第{i}家门店售价{1299 + i % 89}元，来源为零售报告R-{i:05d}。"
+        for i in range(n))
+
+
+def _router_details(text: str, **params: object) -> dict[str, object]:
+    pipeline = Pipeline.from_yaml("report-overflow")
+    context = pipeline.run(text, query="console price", **params)  # type: ignore[arg-type]
+    [report] = [r for r in context.reports if r.step == "compress.map_reduce"]
+    return dict(report.details)
+
+
+def test_the_shipped_router_runs_a_second_pass_only_above_22500_tokens() -> None:
+    # about 71000 tokens in: over the 36000 threshold, and the merged extracts land between half the
+    # threshold (18000, the old trigger) and half of max_tokens (22500, the seed's)
+    details = _router_details(_observations(1000))
+    assert details["threshold"] == 36000 and details["compression_decision"] == "compress_first"
+    assert details["second_pass_above"] == 45000 // 2 == 22500
+    assert 18000 < int(details["tokens_after_map"]) <= 22500  # the case the two figures disagree on
+    assert details["passes"] == 1
+    assert details["tokens_after_reduce"] == details["tokens_after_map"]
+
+
+def test_above_22500_the_second_pass_brings_the_result_under_it() -> None:
+    details = _router_details(_observations(1300))
+    assert int(details["tokens_after_map"]) > 22500
+    assert details["passes"] == 2 and 18000 < int(details["tokens_after_reduce"]) <= 22500
+
+
+def test_a_budget_below_half_of_max_tokens_is_the_second_pass_target() -> None:
+    details = _router_details(_observations(1000), budget=15000)
+    assert details["second_pass_above"] == 15000
+    assert details["passes"] == 2 and int(details["tokens_after_reduce"]) <= 15000
