@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from .helpers import REPO
+from ..helpers import REPO
 
 
 @pytest.fixture(scope="module")

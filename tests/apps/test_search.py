@@ -18,9 +18,9 @@ from compactor.apps.compacter import to_source
 from compactor.errors import InputError
 from compactor.plugins.classify import scan
 
-from . import openai_server as fake
-from .helpers import EVAL, REPO, run_cli
-from .openai_server import FakeOpenAI, Reply
+from .. import openai_server as fake
+from ..helpers import EVAL, REPO, run_cli
+from ..openai_server import FakeOpenAI, Reply
 
 openai_server = fake.openai_server
 PAGES = EVAL / "web-article-extraction"

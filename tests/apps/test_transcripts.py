@@ -15,9 +15,9 @@ from compactor.formats.transcripts import read_results
 from compactor.pipeline import Pipeline
 from compactor.text.tokens import get_counter
 
-from . import openai_server as fake
-from .helpers import run_cli
-from .openai_server import FakeOpenAI, Reply
+from .. import openai_server as fake
+from ..helpers import run_cli
+from ..openai_server import FakeOpenAI, Reply
 
 openai_server = fake.openai_server
 STAMPED = re.compile(r"^\[\d+\.\d{2}-\d+\.\d{2}\] ")

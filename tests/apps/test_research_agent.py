@@ -24,11 +24,11 @@ from compactor.apps.search_providers import (
 from compactor.errors import CompactorWarning, InputError
 from compactor.text.tokens import get_counter
 
-from .helpers import REPO
-from .openai_server import FakeOpenAI, Reply
-from .openai_server import openai_server as openai_server
-from .web_server import LocalWeb, Page
-from .web_server import local_web as local_web
+from ..helpers import REPO
+from ..openai_server import FakeOpenAI, Reply
+from ..openai_server import openai_server as openai_server
+from ..web_server import LocalWeb, Page
+from ..web_server import local_web as local_web
 
 EXAMPLE = REPO / "examples" / "research_agent.py"
 

@@ -15,8 +15,8 @@ import pytest
 import compactor
 from compactor.apps.overflow import OverflowRetry, retry_target
 
-from . import openai_server as fake
-from .openai_server import FakeOpenAI, Reply, overflow_above
+from .. import openai_server as fake
+from ..openai_server import FakeOpenAI, Reply, overflow_above
 
 openai_server = fake.openai_server
 

@@ -13,8 +13,8 @@ from compactor.formats.transcripts import read_results
 from compactor.pipeline import Pipeline
 from compactor.text.utterances import content_terms, is_filler, question_terms, spread
 
-from . import openai_server as fake
-from .openai_server import FakeOpenAI, Reply
+from .. import openai_server as fake
+from ..openai_server import FakeOpenAI, Reply
 
 openai_server = fake.openai_server
 STAMPED = re.compile(r"^\[\d+\.\d{2}-\d+\.\d{2}\] (?:\w+: )?")

@@ -20,7 +20,7 @@ from compactor.formats.search_context import fact_line
 from compactor.plugins.compress import facts as fx
 from compactor.text.tokens import get_counter
 
-from .helpers import EVAL, REPO
+from ..helpers import EVAL, REPO
 
 QA = [EVAL / "hotpotqa-distractor-sample" / "qa.jsonl", EVAL / "musique-sample" / "qa.jsonl"]
 pytestmark = pytest.mark.skipif(not all(p.is_file() for p in QA), reason="eval data not found")

@@ -19,9 +19,9 @@ from compactor.formats.search_context import summary_sentences
 from compactor.plugins.compress.search import parse_chunk_ids, trace_sentences
 from compactor.text.tokens import get_counter
 
-from . import openai_server as fake
-from .helpers import EVAL, REPO
-from .openai_server import FakeOpenAI, Reply
+from .. import openai_server as fake
+from ..helpers import EVAL, REPO
+from ..openai_server import FakeOpenAI, Reply
 from .test_search_budget import items, pages
 
 openai_server = fake.openai_server

@@ -169,7 +169,7 @@ def test_an_empty_value_is_in_no_text() -> None:
 
 
 def _mini_histories(count: int) -> list[list[dict[str, Any]]]:
-    from .helpers import EVAL
+    from ..helpers import EVAL
 
     path = EVAL / "agent-trajectories-mini-swe-agent-swebench" / "conversations.jsonl"
     if not path.exists():
@@ -193,7 +193,7 @@ def test_a_target_ratio_fills_90_to_100_percent_of_it(ratio: float) -> None:
 
 
 def test_the_cli_target_ratio_fills_it(tmp_path: Path) -> None:
-    from .helpers import run_cli
+    from ..helpers import run_cli
 
     history = _mini_histories(1)[0]
     path = tmp_path / "history.json"
@@ -240,7 +240,7 @@ def test_a_room_too_small_for_both_requests_keeps_the_latest_verbatim() -> None:
 
 
 def _tau(indices: tuple[int, ...]) -> list[list[dict[str, Any]]]:
-    from .helpers import EVAL
+    from ..helpers import EVAL
 
     path = EVAL / "agent-trajectories-tau-bench" / "conversations.jsonl"
     if not path.exists():
