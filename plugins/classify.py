@@ -289,8 +289,8 @@ def injected_spans(text: str, rules: Sequence[tuple[str, float, regex.Pattern[st
     rule hits, and each fake chat message whole, from its opening marker to its closing one (or
     else to the end of its paragraph)."""
     hits = []
-    for _, _, spans in _rule_hits(text, rules):
-        for a, b in spans:
+    for _, _, matched in _rule_hits(text, rules):
+        for a, b in matched:
             while a < b and text[a].isspace():  # `^\s*` may start on the blank line before
                 a += 1
             while b > a and text[b - 1].isspace():
