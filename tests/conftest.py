@@ -6,7 +6,7 @@ in its children: pool workers, Dask nannies. After each test, processes with tha
 still running (after a grace period for ones that are exiting) are killed and the test errors: a
 CLI left running by a failed test, or pool workers orphaned by a killed batch run. At the end of the
 session the same holds for every marker of the session. The `processes` fixture gives tests the
-same view (`tests/test_processes.py`).
+same view (`tests/ops/test_processes.py`).
 
 Linux only (it reads /proc); elsewhere the checks do nothing.
 """

@@ -24,7 +24,7 @@ from compactor.plugins.compress import history as hx
 from compactor.plugins.compress.kinds import detect_kind, parse_date, resolve_relative, session_dates
 
 from ...helpers import REPO
-from ...test_conversation_kinds import chat, coding_history, small_talk, tool_history
+from .test_conversation_kinds import chat, coding_history, small_talk, tool_history
 
 SUNDAY = dt.date(2023, 5, 7)
 _LINE = re.compile(r"^- m(\d+)(?:, \d{4}-\d{2}-\d{2})? (.+?): (.*)$")
@@ -128,7 +128,7 @@ def test_deterministic_in_process_and_across_hash_seeds() -> None:
         "import json, sys\n"
         "sys.path.insert(0, '.')\n"
         "import compactor\n"
-        "from tests.test_conversation_kinds import chat, tool_history\n"
+        "from tests.plugins.compress.test_conversation_kinds import chat, tool_history\n"
         "h = chat(80, facts={7: 'I moved to Lisbon last week.', 31: 'Ana, next Monday.'}, dated=True)\n"
         "outs = [list(compactor.compact_messages(h, b, kind=k, focus='Lisbon')) for b in (200, 500)"
         " for k in (None, 'meeting', 'coding')]\n"

@@ -21,7 +21,7 @@ from compactor.plugins.compress.kinds import AGENT_KINDS, detect_kind
 from compactor.plugins.compress.roles import Handoff, handoff, read_team, role_of
 
 from ...helpers import DATA, EVAL, run_cli
-from ...test_conversation_kinds import chat, meeting
+from .test_conversation_kinds import chat, meeting
 
 TEAMS = ("team_en.json", "team_zh.json")
 

@@ -21,7 +21,7 @@ from compactor.plugins.compress import history as hx
 from compactor.plugins.compress.conversation import allocate, render_sections
 from compactor.text.tokens import get_counter
 
-from ...test_conversation import _call, assert_invariants
+from .test_conversation import _call, assert_invariants
 
 POLICY = "You are an airline agent. Follow the policy: confirm every change before you make it."
 

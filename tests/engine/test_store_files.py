@@ -24,7 +24,7 @@ from compactor.errors import InputError, StoreError
 from compactor.ops.monitor import record_runs, rolling_stats
 from compactor.store import APPLICATION_ID, SCHEMA_VERSION, Batch, MemoryStore, SQLiteStore, open_store
 
-from .helpers import run_cli
+from ..helpers import run_cli
 
 RESULTS = [{"url": "https://example.org/ev", "content": "Electric cars cost 30000 dollars in 2024. "
             "The battery of the Model 3 holds 75 kWh and gives a range of 500 km on one charge."},

@@ -18,9 +18,9 @@ from compactor.formats.messages import conversation_source, read_messages, units
 from compactor.formats.records import read_paths
 from compactor.pipeline import Pipeline
 
-from . import openai_server as fake
-from .helpers import EVAL, REPO, run_cli
-from .openai_server import FakeOpenAI, Reply
+from ... import openai_server as fake
+from ...helpers import EVAL, REPO, run_cli
+from ...openai_server import FakeOpenAI, Reply
 
 openai_server = fake.openai_server
 SECTION_NAMES = ("Primary Request and Intent", "Key Technical Concepts", "Files and Code Sections",
@@ -621,7 +621,7 @@ def test_the_summary_is_the_same_in_every_process() -> None:
     import subprocess
     import sys
 
-    script = ("import json, compactor\nfrom tests.test_conversation import coding_history\n"
+    script = ("import json, compactor\nfrom tests.plugins.compress.test_conversation import coding_history\n"
               "h = coding_history()\nprint(compactor.compact_messages(h, 600, keep_last=2).summary)")
     outputs = set()
     for seed in ("1", "2", "3"):

@@ -27,7 +27,7 @@ from compactor.plugins.compress.conversation import message_chars, short_marker
 from compactor.state import CompactionPlan, ConversationOptions, LossReport, State
 from compactor.text.tokens import get_counter
 
-from .helpers import EVAL
+from ...helpers import EVAL
 from .test_conversation import _call, assert_invariants
 
 # -- histories -------------------------------------------------------------------------------------

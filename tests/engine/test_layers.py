@@ -26,7 +26,7 @@ from compactor.store import Batch, MemoryStore, SQLiteStore
 from compactor.text import similarity as textsim
 from compactor.text.tokens import get_counter
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _package_dir(name: str) -> Path:

@@ -14,7 +14,7 @@ from compactor.formats.messages import read_messages, units
 from compactor.formats.system_prompt import GAP, render, stable_query
 from compactor.pipeline import Pipeline
 
-from .helpers import run_cli
+from ...helpers import run_cli
 
 RELEVANT = ("Refunds for a flight the airline cancelled go back to the original payment method "
             "within 7 business days.")

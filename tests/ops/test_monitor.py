@@ -12,7 +12,7 @@ from compactor import Budget, BudgetError, Component, Pipeline, hookimpl
 from compactor.ops.monitor import anomalies, prometheus_text, record_runs, rolling_stats, stats_text
 from compactor.store import MemoryStore, SQLiteStore
 
-from .helpers import EVAL, run_cli
+from ..helpers import EVAL, run_cli
 
 
 @pytest.fixture(scope="module")
