@@ -15,7 +15,7 @@ from compactor.plugins.chunk import (
 )
 from compactor.plugins.classify import InjectionClassifier, RuleClassifier
 from compactor.plugins.clean import DedupeCleaner, HtmlCleaner, NormalizeCleaner, SeenPages
-from compactor.plugins.compress.conversation import EightSegment
+from compactor.plugins.compress.eight_segment.conversation import EightSegment
 from compactor.plugins.compress.map_reduce import MapReduce
 from compactor.plugins.compress.search import ChunkFiltering, FactCentric, Summarization
 from compactor.plugins.compress.select import SelectCompressor

@@ -162,7 +162,7 @@ def test_the_latest_request_stays_verbatim_with_the_turns_after_it() -> None:
 
 
 def test_an_empty_value_is_in_no_text() -> None:
-    from compactor.plugins.compress.history import contains_value
+    from compactor.plugins.compress.eight_segment.history import contains_value
 
     assert contains_value("", set(), "") is False
     assert contains_value("x = 1", {"x", "1"}, "") is False

@@ -561,7 +561,7 @@ def test_parallel_calls_get_their_own_results() -> None:
                {"role": "tool", "tool_call_id": "c2", "content": "a.py b.py"},
                {"role": "tool", "tool_call_id": "c1", "content": "Traceback (most recent call last):\n"
                                                                 "ValueError: bad date"}]
-    from compactor.plugins.compress.history import History
+    from compactor.plugins.compress.eight_segment.history import History
 
     actions = {a.text: a for a in History(read_messages(history)).actions}
     assert actions["bash(command=pytest tests/test_a.py)"].failed

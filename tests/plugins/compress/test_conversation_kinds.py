@@ -15,8 +15,13 @@ import compactor
 from compactor import Component, Pipeline, ScoreSet, hookimpl
 from compactor.errors import InputError
 from compactor.formats.messages import read_messages
-from compactor.plugins.compress import history as hx
-from compactor.plugins.compress.kinds import detect_kind, parse_date, resolve_relative, session_dates
+from compactor.plugins.compress.eight_segment import history as hx
+from compactor.plugins.compress.eight_segment.kinds import (
+    detect_kind,
+    parse_date,
+    resolve_relative,
+    session_dates,
+)
 
 _NOUNS = ("weather", "coffee", "traffic", "music", "garden", "movie", "lunch", "train", "podcast", "rain",
           "bakery", "park", "neighbour", "concert", "market", "library", "bicycle", "museum", "sunset", "tea")

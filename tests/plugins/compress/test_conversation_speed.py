@@ -7,8 +7,8 @@ import random
 import pytest
 
 from compactor.document import Message
-from compactor.plugins.compress import conversation as es
-from compactor.plugins.compress import history as hx
+from compactor.plugins.compress.eight_segment import conversation as es
+from compactor.plugins.compress.eight_segment import history as hx
 from compactor.text.tokens import ApproximateEncoding, TokenCounter, get_counter
 
 

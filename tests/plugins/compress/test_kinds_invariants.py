@@ -20,8 +20,13 @@ import compactor
 from compactor import Pipeline
 from compactor.errors import BudgetError, InputError
 from compactor.formats.messages import read_messages
-from compactor.plugins.compress import history as hx
-from compactor.plugins.compress.kinds import detect_kind, parse_date, resolve_relative, session_dates
+from compactor.plugins.compress.eight_segment import history as hx
+from compactor.plugins.compress.eight_segment.kinds import (
+    detect_kind,
+    parse_date,
+    resolve_relative,
+    session_dates,
+)
 
 from ...helpers import REPO
 from .test_conversation_kinds import chat, coding_history, small_talk, tool_history

@@ -22,8 +22,8 @@ from compactor.document import Budget, Context
 from compactor.formats.compaction import SUMMARY_MARK
 from compactor.formats.messages import conversation_source, read_messages
 from compactor.pipeline import Pipeline
-from compactor.plugins.compress import history as hx
-from compactor.plugins.compress.conversation import message_chars, short_marker
+from compactor.plugins.compress.eight_segment import history as hx
+from compactor.plugins.compress.eight_segment.conversation import message_chars, short_marker
 from compactor.state import CompactionPlan, ConversationOptions, LossReport, State
 from compactor.text.tokens import get_counter
 

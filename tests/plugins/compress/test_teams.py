@@ -15,10 +15,10 @@ import pytest
 import compactor
 from compactor.errors import InputError
 from compactor.formats.messages import read_messages
-from compactor.plugins.compress import history as hx
-from compactor.plugins.compress import roles
-from compactor.plugins.compress.kinds import AGENT_KINDS, detect_kind
-from compactor.plugins.compress.roles import Handoff, handoff, read_team, role_of
+from compactor.plugins.compress.eight_segment import history as hx
+from compactor.plugins.compress.eight_segment import roles
+from compactor.plugins.compress.eight_segment.kinds import AGENT_KINDS, detect_kind
+from compactor.plugins.compress.eight_segment.roles import Handoff, handoff, read_team, role_of
 
 from ...helpers import DATA, EVAL, run_cli
 from .test_conversation_kinds import chat, meeting
@@ -323,7 +323,7 @@ def test_unknown_roles_are_matched_as_speakers() -> None:
 
 def _section(summary: str, key: str, zh: bool) -> str:
     """One section of a summary, heading to the next heading ('' when absent)."""
-    from compactor.plugins.compress.conversation import SECTIONS
+    from compactor.plugins.compress.eight_segment.conversation import SECTIONS
 
     title = next(z if zh else e for k, e, z in SECTIONS if k == key)
     start = summary.find(f"## {title}\n")

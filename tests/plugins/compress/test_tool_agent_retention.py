@@ -17,8 +17,8 @@ import pytest
 
 import compactor
 from compactor.formats.messages import read_messages
-from compactor.plugins.compress import history as hx
-from compactor.plugins.compress.conversation import allocate, render_sections
+from compactor.plugins.compress.eight_segment import history as hx
+from compactor.plugins.compress.eight_segment.conversation import allocate, render_sections
 from compactor.text.tokens import get_counter
 
 from .test_conversation import _call, assert_invariants

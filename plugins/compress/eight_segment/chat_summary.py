@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import regex
 
-from compactor.plugins.compress import history as hx
-from compactor.plugins.compress.kinds import has_time_reference, resolve_relative
+from compactor.plugins.compress.eight_segment import history as hx
+from compactor.plugins.compress.eight_segment.kinds import has_time_reference, resolve_relative
 from compactor.text.terms import terms
 from compactor.text.tokens import TokenCounter
 

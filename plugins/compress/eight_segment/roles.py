@@ -28,7 +28,7 @@ import regex
 import yaml
 
 from compactor.errors import InputError
-from compactor.plugins.compress import history as hx
+from compactor.plugins.compress.eight_segment import history as hx
 from compactor.text.terms import terms
 
 __all__ = ["Handoff", "Profile", "Team", "check_role", "error_threads", "handoff", "present", "profiles",

@@ -24,8 +24,8 @@ from typing import Literal
 import regex
 
 from compactor.formats.compaction import KINDS, SUMMARY_MARK
-from compactor.plugins.compress import history as hx
-from compactor.plugins.compress import roles
+from compactor.plugins.compress.eight_segment import history as hx
+from compactor.plugins.compress.eight_segment import roles
 from compactor.text.numbers import DATE, YEAR, date_key
 
 Kind = Literal["coding", "tool", "chat", "meeting"]

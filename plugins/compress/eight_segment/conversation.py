@@ -55,11 +55,11 @@ from compactor.kit import loss_report
 from compactor.llm.guard import Request, complete_guarded
 from compactor.llm.templates import fill, template_for
 from compactor.pipeline import Pipeline
-from compactor.plugins.compress import chat_summary as chat
-from compactor.plugins.compress import history as hx
-from compactor.plugins.compress import roles
-from compactor.plugins.compress.file_memory import recent_files, render_views
-from compactor.plugins.compress.kinds import AGENT_KINDS, detect_kind, session_dates
+from compactor.plugins.compress.eight_segment import chat_summary as chat
+from compactor.plugins.compress.eight_segment import history as hx
+from compactor.plugins.compress.eight_segment import roles
+from compactor.plugins.compress.eight_segment.file_memory import recent_files, render_views
+from compactor.plugins.compress.eight_segment.kinds import AGENT_KINDS, detect_kind, session_dates
 from compactor.run import Run
 from compactor.state import BudgetShare, CompactionPlan, ConversationOptions, ConversationPlan
 from compactor.text.language import is_chinese

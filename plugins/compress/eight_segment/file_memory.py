@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import regex
 
-from compactor.plugins.compress import history as hx
+from compactor.plugins.compress.eight_segment import history as hx
 from compactor.text.tokens import TokenCounter
 
 #: Commands whose output is (part of) a file's content, not a search over files.
