@@ -1,6 +1,6 @@
 """Benchmark main-content extraction against gold article text.
 
-Runs ``compactor.formats.html.extract_main_text`` (and trafilatura, when it is
+Runs ``compactor.plugins.clean.html.extract_main_text`` (and trafilatura, when it is
 importable) over the shared evaluation pages and prints token-level precision / recall / F1
 in the style of the scrapinghub article-extraction-benchmark: both texts are tokenized into
 words (each CJK character is its own token), compared as bags (multiset intersection) per
@@ -41,7 +41,7 @@ Extractor = Callable[[str], str]
 def _load_ours() -> Extractor:
     """Import the extractor, falling back to loading the file by path when not installed."""
     try:
-        from compactor.formats.html import extract_main_text
+        from compactor.plugins.clean.html import extract_main_text
     except ImportError:
         path = REPO_ROOT / "plugins" / "html_extract.py"
         spec = importlib.util.spec_from_file_location("_compactor_html_extract", path)

@@ -38,9 +38,9 @@ from pathlib import Path
 import regex
 
 from compactor import compress
-from compactor.formats.html import extract_main_text
 from compactor.llm.guard import review
 from compactor.plugins.classify import injected_spans, load_rules, scan
+from compactor.plugins.clean.html import extract_main_text
 from compactor.text.confusables import plain
 from compactor.text.sentences import split_sentences
 from compactor.text.tokens import get_counter

@@ -111,7 +111,7 @@ def test_no_other_module_spells_the_han_range() -> None:
                  if p.name != "language.py" and _RANGE.search(p.read_text(encoding="utf-8"))]
     assert offenders == []
     # the text modules that need a CJK class take it from language.py
-    for name in ("core/formats/html.py", "core/text/relevance.py", "core/text/sentences.py"):
+    for name in ("plugins/clean/html.py", "core/text/relevance.py", "core/text/sentences.py"):
         assert "from compactor.text.language import" in (ROOT / name).read_text(encoding="utf-8"), name
     assert _RANGE.search((ROOT / "core" / "text" / "language.py").read_text(encoding="utf-8"))
 

@@ -9,9 +9,9 @@ import json
 import pytest
 
 from compactor import compress
-from compactor.formats.html import extract_main_text
 from compactor.llm import guard
 from compactor.plugins.classify import injected_spans, load_rules, scan
+from compactor.plugins.clean.html import extract_main_text
 from compactor.text import instructions
 from compactor.text.confusables import plain, skeleton
 from compactor.text.instructions import RULE_SOURCES

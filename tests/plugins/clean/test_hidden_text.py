@@ -15,10 +15,10 @@ import json
 
 import pytest
 
-import compactor.formats.html as hx
+import compactor.plugins.clean.html as hx
 from compactor.document import Source
-from compactor.formats.html import extract_main_text
 from compactor.pipeline import Pipeline
+from compactor.plugins.clean.html import extract_main_text
 
 from ...helpers import EVAL
 

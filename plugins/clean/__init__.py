@@ -11,8 +11,8 @@ import regex
 
 from compactor.components import Component, param
 from compactor.document import Context, Source, frozen_mapping
-from compactor.formats.html import extract_main_text
 from compactor.hookspecs import hookimpl
+from compactor.plugins.clean.html import extract_main_text
 from compactor.provenance import Edits, OffsetMap, Rewriter, regex_edit, source_map, splice
 from compactor.run import Run
 from compactor.store import ChunkStore
