@@ -1,4 +1,4 @@
-"""Benchmark `compact_messages(..., compress_system=True)` on the tau-bench airline runs (issue 15.6).
+"""Benchmark `compact_messages(..., compress_system=True)` on the tau-bench airline runs.
 
 What is measured
     Each whole run (system policy included) is compacted to 50 %, 20 % and 10 % of its tokens

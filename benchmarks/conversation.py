@@ -2,7 +2,7 @@
 
 Four parts (``--only tools|people|coding|time``, repeatable or comma-separated; all by default).
 Every method sees the same messages and budget; the methods take turns (order rotated per call) and
-are timed in CPU time (``time.process_time``). The verdicts (targets of issue 15) close the output.
+are timed in CPU time (``time.process_time``). The verdicts (the targets) close the output.
 
 1. Tool agents (the headline row): tau-bench airline histories, the protocol of
    ``../shared/bench/conv_check.py``, so the figures equal its own (at main 7bbb4e9: ceiling 92.2 %,

@@ -1,6 +1,6 @@
 """Benchmark the speed of history compaction: a 200k-token history to 8000 tokens, against counting it.
 
-Issue 15's time target: `compactor.compact_messages(history, 8000)` on a history of at least 200k
+The time target: `compactor.compact_messages(history, 8000)` on a history of at least 200k
 tokens takes at most 3x the CPU time of `compactor.count_message_tokens(history)`, both measured cold
 (every compactor functools cache cleared before each call, then an untimed warm-up on five unrelated
 messages: `measure.cold`), CPU time (`time.process_time`), medians of 5 runs, the two run interleaved

@@ -1,6 +1,6 @@
 """Benchmark `clean.dedupe` on templated text, where near-duplicate search used to be quadratic.
 
-Inputs (generated, deterministic; issue 14 item 9)
+Inputs (generated, deterministic)
     * ``paragraphs``  5000 paragraphs in one text (about 350 KB), from two sentence templates whose
       slots (names, cities, states, numbers) take a few values each. Every word bigram is shared
       by hundreds of paragraphs, so every pair looks like a candidate; pairs that differ in one slot
@@ -20,7 +20,7 @@ What is measured
     2. The whole ``compactor-run generic`` on the paragraphs file and on the folder, in a fresh
        interpreter each run: CPU seconds of the child (user + system, ``RUSAGE_CHILDREN``), median
        of ``--repeat``, interleaved, for ``exact`` (the index's bounds lifted in that interpreter)
-       and ``bounded``. Issue 14 asks for under 5 s.
+       and ``bounded``. The target is under 5 s.
 
 Usage::
 

@@ -1,4 +1,4 @@
-"""The LLM guard (issue 13): check time against reply length, and the calibration of `min_coverage`.
+"""The LLM guard: check time against reply length, and the calibration of `min_coverage`.
 
 Speed (CPU time, ``time.process_time``; medians of ``--runs`` interleaved runs, caches emptied before each)
 

@@ -1,7 +1,7 @@
 """Needles at scale: do 1-3 inserted facts survive the qa pipeline in 100k tokens of real text, among
 300 distractor sentences that share the question's key words? Next to a BM25 sentence baseline.
 
-What is measured (issue 12, item 5)
+What is measured
     Each trial (``--trials`` 30, seeded) builds one input: about 100k cl100k tokens of real text
     (``evaldata.english_documents``: news and web articles, podcast and meeting transcripts, QA
     passages; each trial starts at another document), k = 1, 2 or 3 needles (10 trials each) inserted

@@ -11,7 +11,7 @@ What is measured
     ``compactor.compress(context, query=question, budget=B, pipeline=P)``; an output over budget is
     counted and cut to the budget before it is scored. The table shows, per cell, compactor, the best
     baseline (name) and the oracle; then the mean over the cells of compactor and of the best
-    baselines, and the over-budget count. Targets (issue 12): ahead or level in every cell, never over
+    baselines, and the over-budget count. Targets: ahead or level in every cell, never over
     budget, mean at least 3 points above the best baselines' mean.
 
 Why the earlier version of this file printed better figures than the harness (fixed by calling it)
@@ -211,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{cell:<13}" + "".join(f"{c:>20}" for c in cells))
         print(f"largest difference {worst:.1f} points (0 expected with --limit 300 and all sets)")
 
-    print("\nTargets (issue 12):")
+    print("\nTargets:")
     checks = [(f"ahead or level in every cell ({len(rows) - short}/{len(rows)})", short == 0),
               (f"never over budget ({over})", over == 0),
               (f"mean >= best baselines' mean + {MARGIN:g} ({mean_mine:.1f} vs {mean_best + MARGIN:.1f})",

@@ -1,4 +1,4 @@
-"""Benchmark the search-result strategies of `ContextCompacter` (seed 000) on multi-hop QA items.
+"""Benchmark the search-result strategies of `ContextCompacter` on multi-hop QA items.
 
 What is measured
     Every HotpotQA (distractor) and MuSiQue dev item of ``../shared/eval`` (or

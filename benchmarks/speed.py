@@ -1,6 +1,6 @@
 """Speed of the qa pipeline and of `compactor.compress` against the floor: a bare tiktoken encode.
 
-What is measured (issue 12, "Speed"; every figure is CPU time, ``time.process_time``)
+What is measured (every figure is CPU time, ``time.process_time``)
 
     * ``qa 100k -> 8k``  ``Pipeline.from_yaml("qa").run(text, query=q, budget=8000)`` on 100k cl100k
       tokens of real English text; target median <= 250 ms;
@@ -246,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         measure_case(case, args.runs, args.cap)
     print_steps(cases)
 
-    print("\nTargets (issue 12, item 2):")
+    print("\nTargets:")
     verdicts: list[bool] = []
 
     def verdict(label: str, ok: bool, note: str) -> None:

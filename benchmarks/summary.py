@@ -1,7 +1,7 @@
 """Compression without a query: does the generic pipeline fill its budget and keep summary content at
 least as well as the document's first N tokens?
 
-What is measured (issue 12, item 1, last bullet)
+What is measured
     Data: ../shared/eval/summarization-frank-cnndm-xsum/summ.jsonl (CNN/DailyMail and XSum news
     articles, ``document``, with a human ``reference_summary``: 3-4 highlight sentences for CNN/DM,
     one sentence for XSum). For every article and budget B (default 64, 128 and 256 cl100k tokens):
@@ -139,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              mine >= theirs))
     print(f"\nCPU per call, median: {args.pipeline} {1000 * statistics.median(cpu[args.pipeline]):.1f} ms, "
           f"lead-N {1000 * statistics.median(cpu['lead-N']):.2f} ms; over budget: {over}")
-    print("\nTargets (issue 12, item 1, empty query):")
+    print("\nTargets (empty query):")
     for label, ok in verdicts:
         print(f"  {'PASS' if ok else 'FAIL'}  {label}")
     return 0

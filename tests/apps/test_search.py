@@ -227,7 +227,7 @@ def test_router_runs_a_second_pass_when_still_over_half_of_max_tokens() -> None:
     context = pipeline.run(_article(3000), query="game prices")
     details = context.reports[1].details
     assert details["compression_decision"] == "compress_first"
-    assert details["second_pass_above"] == 500  # seed 003: max_tokens // 2, not threshold // 2 (400)
+    assert details["second_pass_above"] == 500  # max_tokens // 2, not threshold // 2 (400)
     assert details["tokens_after_map"] > 500 and details["passes"] == 2
     assert 400 < details["tokens_after_reduce"] <= 500
 

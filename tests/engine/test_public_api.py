@@ -1,5 +1,5 @@
 """The public API is one vocabulary: one error tree, `query`/`budget`, `pipeline`/`plugins` on every
-face, everything documented exported (issue 16, item 5)."""
+face, everything documented exported."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Four processes on one session of one SQLite store compose exactly as the same batches run one
-after another (issue 14 item 1): every fact kept, each page new to exactly one process, and the
+after another: every fact kept, each page new to exactly one process, and the
 checklist, kept chunk ids and rolling summary what a sequential run in the same order leaves."""
 
 from __future__ import annotations

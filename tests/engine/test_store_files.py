@@ -1,4 +1,4 @@
-"""What `--store` accepts (issue 14 item 2): compactor stores are marked (application_id and
+"""What `--store` accepts: compactor stores are marked (application_id and
 user_version), unmarked stores of earlier releases are upgraded in place (JSON-blob facts become
 rows), and anything else (another application's database, a newer store, a read-only, truncated,
 corrupted or non-SQLite file) is refused with one message naming the file, exit 2 from the CLI, a

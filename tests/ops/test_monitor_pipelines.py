@@ -1,7 +1,7 @@
 """Run monitoring from the command line records every kind of pipeline: conversation histories and
 search sessions as well as plain pipelines, and `--stats` shows the mean validate.loss retention.
 
-Issue 13 item 5: `--store` with the conversation or deep-search pipeline recorded nothing."""
+`--store` with the conversation or deep-search pipeline recorded nothing."""
 
 from __future__ import annotations
 

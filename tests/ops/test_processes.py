@@ -1,4 +1,4 @@
-"""Processes (issue 14 item 5): a batch run killed with SIGKILL takes its pool workers with it, at
+"""Processes: a batch run killed with SIGKILL takes its pool workers with it, at
 any point, and the next run resumes with every id exactly once; `--executor dask` does not need
 port 8787. The `processes` fixture (tests/conftest.py) finds what a test started by its marker."""
 

@@ -1,4 +1,4 @@
-"""Stemming from many threads at once (issue 12): `compress.map_reduce` maps chunks in a thread pool,
+"""Stemming from many threads at once: `compress.map_reduce` maps chunks in a thread pool,
 and every thread stems through `textstats.stem`. One shared snowball stemmer raced there (IndexError,
 or wrong stems such as "term" -> "last" that the process-wide cache then kept for every later run).
 

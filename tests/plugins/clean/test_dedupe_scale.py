@@ -1,4 +1,4 @@
-"""clean.dedupe on templated text (issue 14 item 9): every word bigram is common, so the prefix
+"""clean.dedupe on templated text: every word bigram is common, so the prefix
 filter meets most earlier paragraphs; the work per paragraph is bounded, so it grows linearly.
 Speed itself is measured in benchmarks/dedupe.py; these tests count Jaccard comparisons."""
 

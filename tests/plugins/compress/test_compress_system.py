@@ -1,4 +1,4 @@
-"""compress_system=True: a system prompt larger than the budget is excerpted for the requests (issue 15.6)."""
+"""compress_system=True: a system prompt larger than the budget is excerpted for the requests."""
 
 from __future__ import annotations
 

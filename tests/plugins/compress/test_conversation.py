@@ -457,7 +457,7 @@ def test_cli_compacts_a_history_to_json_messages_or_markdown(tmp_path: Path) -> 
     assert bad.returncode == 2 and "broken.json:1: [1]: a message needs a string `role`" in bad.stderr
 
 
-# -- topic switching (seed 001) --------------------------------------------------------------------
+# -- topic switching --------------------------------------------------------------------
 
 PAGE_A = ("Battery pack prices fell to $139 per kWh in 2023, according to BloombergNEF. "
           "Lithium iron phosphate cells were cheaper than nickel cells. Prices fell 14% from 2022.")

@@ -1,4 +1,4 @@
-"""Kind-aware compaction (issue 15): detection, the people template, dates, value per token, focus,
+"""Kind-aware compaction: detection, the people template, dates, value per token, focus,
 the analyzer chain (scores, validate.ratio, quality from validate.loss) and keep_files."""
 
 from __future__ import annotations

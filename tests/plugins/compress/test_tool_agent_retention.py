@@ -1,4 +1,4 @@
-"""Tool-using agents: the values a later call needs survive a tight compaction (issue 15).
+"""Tool-using agents: the values a later call needs survive a tight compaction.
 
 A customer-service agent looks a user up, reads a reservation, searches flights and is about to
 change the booking when the history is compacted to a tenth of its tokens. The next call needs the

@@ -1,4 +1,4 @@
-"""The LLM guard (issue 13): a reply replaces the context only when it keeps the content it replaces.
+"""The LLM guard: a reply replaces the context only when it keeps the content it replaces.
 
 Unit tests of the checks (length first, instructions, facts, coverage; English and Chinese), then
 every kind of bad reply (refusal, injection, one word, 10 MB, invented number) and a good one through

@@ -1,4 +1,4 @@
-"""Score names are one contract (issue 12): a scorer's key is its component name (`score.importance`)
+"""Score names are one contract: a scorer's key is its component name (`score.importance`)
 and every reader gets it through `compactor.components.score_value`, here with the real scorers in
 real YAML pipelines (a stand-in scorer storing a bare `importance` key once hid that the readers
 asked for a key no shipped scorer writes)."""
