@@ -91,6 +91,11 @@ class Source:
     segments: tuple[TranscriptSegment, ...] = ()
     tokens: int | None = None
     offsets: OffsetMap | None = None
+    #: The `(start, end)` in `original` of each message (a conversation) or line (a transcript), so
+    #: the message chunker makes message `i` chunk `i`; empty for other sources.
+    unit_spans: tuple[tuple[int, int], ...] = ()
+    #: A conversation's per-message request costs, once counted (None before).
+    message_tokens: tuple[int, ...] | None = None
 
     @classmethod
     def from_text(
@@ -103,6 +108,7 @@ class Source:
         metadata: Mapping[str, Any] | None = None,
         messages: Iterable[Message] = (),
         segments: Iterable[TranscriptSegment] = (),
+        unit_spans: Iterable[tuple[int, int]] = (),
     ) -> Source:
         """Build a source whose id is the hash of its original content (and uri, when given)."""
         key = text if uri is None else f"{uri}\n{text}"
@@ -116,6 +122,7 @@ class Source:
             metadata=frozen_mapping(metadata),
             messages=tuple(messages),
             segments=tuple(segments),
+            unit_spans=tuple(unit_spans),
         )
 
     def with_text(self, text: str, *, edits: Edits | None = None, offsets: OffsetMap | None = None,

@@ -137,7 +137,7 @@ class MessageChunker(_Sized):
         chunks: list[Chunk] = []
         sources = []
         for source in context.sources:
-            spans = source.metadata.get("spans") if source.kind == "conversation" else None
+            spans = source.unit_spans if source.kind == "conversation" else None
             if spans and len(spans) == len(source.messages):
                 if source.text != source.original:  # messages are kept verbatim, never cleaned
                     run.warn(f"{source.uri or source.id}: a clean step changed the conversation's text; "
@@ -162,7 +162,7 @@ class SegmentChunker(_Sized):
     def compactor_chunk(self, context: Context, run: Run) -> Context:
         chunks: list[Chunk] = []
         for source in context.sources:
-            spans = source.metadata.get("spans") if source.kind == "transcript" else None
+            spans = source.unit_spans if source.kind == "transcript" else None
             if spans and len(spans) == len(source.segments) and source.text == source.original:
                 counts = run.counter.count_many([source.text[s:e] for s, e in spans])
                 chunks.extend(source_chunks(source, [(s, e, t, (i, i + 1)) for i, ((s, e), t)

@@ -110,7 +110,7 @@ def original_of(message: Message) -> tuple[Source, Chunk]:
     """The message stored as its own source: its id depends only on the message, so the stub that
     cites it is the same whenever it is written."""
     source = conversation_source([message])
-    start, end = source.metadata["spans"][0]
+    start, end = source.unit_spans[0]
     chunk = Chunk(id=chunk_id(source.id, 0), source_id=source.id, index=0, start=start, end=end,
                   text=source.original[start:end], tokens=0, units=(0, 1))
     return source, chunk

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from compactor.document import Chunk, Message, Source, chunk_id, frozen_mapping
+from compactor.document import Chunk, Message, Source, chunk_id
 from compactor.errors import InputError
 from compactor.text.tokens import TokenCounter
 
@@ -321,8 +321,8 @@ def render_message(message: Message) -> str:
 
 def conversation_source(messages: Sequence[Message], name: str | None = None,
                         metadata: Mapping[str, Any] | None = None) -> Source:
-    """One source per conversation. Its text lists the messages as blocks; `metadata["spans"]` holds
-    each message's `(start, end)` in that text, so message `i` becomes chunk `i` (`chunk.messages`)."""
+    """One source per conversation. Its text lists the messages as blocks; `unit_spans` holds each
+    message's `(start, end)` in that text, so message `i` becomes chunk `i` (`chunk.messages`)."""
     spans: list[tuple[int, int]] = []
     parts: list[str] = []
     offset = 0
@@ -331,33 +331,31 @@ def conversation_source(messages: Sequence[Message], name: str | None = None,
         spans.append((offset, offset + len(block)))
         parts.append(block)
         offset += len(block) + 2
-    meta = {**(metadata or {}), "spans": tuple(spans)}
-    return Source.from_text("\n\n".join(parts), kind="conversation", uri=name, metadata=meta,
-                            messages=messages)
+    return Source.from_text("\n\n".join(parts), kind="conversation", uri=name, metadata=metadata,
+                            messages=messages, unit_spans=spans)
 
 
 def conversation_counts(source: Source, counter: TokenCounter) -> Source:
     """A conversation source with its token count: what its messages cost in a chat request, the
-    per-message costs kept in its metadata (`message_tokens`) for the message chunker. Any other
+    per-message costs kept (`message_tokens`) for the message chunker. Any other
     source (or one already counted) comes back as it is, for the pipeline's plain count."""
     if source.tokens is not None or source.kind != "conversation" or not source.messages \
-            or "spans" not in source.metadata:
+            or not source.unit_spans:
         return source
     costs = [message_tokens(m, counter) for m in source.messages]
-    return replace(source, tokens=TOKENS_PER_REPLY + sum(costs),
-                   metadata=frozen_mapping({**source.metadata, "message_tokens": tuple(costs)}))
+    return replace(source, tokens=TOKENS_PER_REPLY + sum(costs), message_tokens=tuple(costs))
 
 
 def message_chunks(source: Source, counter: TokenCounter) -> list[Chunk]:
     """One chunk per message of a conversation source (`chunk i` is message `i`, its text the
     message's block in the source's original text, its tokens the message's request cost)."""
-    spans = source.metadata.get("spans") or ()
+    spans = source.unit_spans
     if len(spans) != len(source.messages):
         raise InputError(f"{source.uri or source.id}: not a conversation source made by "
                          "conversation_source (its message spans are missing)")
-    costs = source.metadata.get("message_tokens")
-    if costs is None or len(costs) != len(spans):
-        costs = [message_tokens(m, counter) for m in source.messages]
+    known = source.message_tokens
+    costs = known if known is not None and len(known) == len(spans) else tuple(
+        message_tokens(m, counter) for m in source.messages)
     return [Chunk(id=chunk_id(source.id, i), source_id=source.id, index=i, start=start, end=end,
                   text=source.original[start:end], tokens=cost, units=(i, i + 1))
             for i, ((start, end), cost) in enumerate(zip(spans, costs, strict=True))]

@@ -31,7 +31,7 @@ def segment_from(record: Mapping[str, Any], position: int, where: str) -> Transc
 
 def transcript_source(segments: Sequence[TranscriptSegment], name: str | None) -> Source:
     """One source per file; its text has one `[start-end] speaker: text` line per segment, and
-    `metadata["spans"]` holds each line's `(start, end)` so segment `i` becomes chunk `i`."""
+    `unit_spans` holds each line's `(start, end)` so segment `i` becomes chunk `i`."""
     lines, spans, offset = [], [], 0
     for s in segments:
         who = f"{s.speaker}: " if s.speaker else ""
@@ -40,7 +40,7 @@ def transcript_source(segments: Sequence[TranscriptSegment], name: str | None) -
         spans.append((offset, offset + len(line)))
         offset += len(line) + 1
     return Source.from_text("\n".join(lines), kind="transcript", uri=name, segments=segments,
-                            metadata={"spans": tuple(spans)})
+                            unit_spans=spans)
 
 
 def read_results(results: Any, name: str | None = None) -> list[Source]:

@@ -117,7 +117,7 @@ def test_conversation_costs_come_from_the_formats_layer() -> None:
     run = Run(counter=counter)
     counted = with_counts(Context(sources=(source,)), run, conversation_counts).sources[0]
     assert counted.tokens == messages_tokens(messages, counter)
-    assert len(counted.metadata["message_tokens"]) == 3
+    assert counted.message_tokens is not None and len(counted.message_tokens) == 3
     plain = with_counts(Context(sources=(source,)), run).sources[0]  # without the rule: its text's count
     assert plain.tokens == counter.count(source.text) != counted.tokens
 
