@@ -560,14 +560,13 @@ def _bridge(rows: Sequence[tuple[Chunk, str, frozenset[str], int]], values: list
 
 
 def keep_facts(cands: Sequence[Candidate], urls: Mapping[str, str | None], *, threshold: float,
-               floor: float, max_tokens: int | None = None, max_facts: int | None = None) -> list[Fact]:
+               floor: float, max_facts: int | None = None) -> list[Fact]:
     """Distinct facts from ranked candidates: kept while their relevance is at least `threshold` times
-    the best candidate's and at least `floor`, within `max_tokens` of fact text and `max_facts`. A
-    candidate saying what a kept fact says adds its chunk id to that fact instead."""
+    the best candidate's and at least `floor`, at most `max_facts`. A candidate saying what a kept
+    fact says adds its chunk id to that fact instead."""
     best = max((c.relevance for c in cands), default=0.0)
     bar = max(floor, threshold * best)
     kept: list[tuple[Candidate, Fact]] = []
-    used = 0
     for cand in cands:
         if cand.relevance < bar:
             continue
@@ -575,12 +574,9 @@ def keep_facts(cands: Sequence[Candidate], urls: Mapping[str, str | None], *, th
             continue
         if max_facts is not None and len(kept) >= max_facts:
             break
-        if max_tokens is not None and used + cand.tokens > max_tokens:
-            continue
         kept.append((cand, Fact(id=fact_id(cand.text), text=cand.text, chunk_ids=(cand.chunk.id,),
                                 source_url=urls.get(cand.chunk.source_id), score=cand.score,
                                 span=cand.span)))
-        used += cand.tokens
     return [fact for _, fact in kept]
 
 

@@ -224,7 +224,8 @@ class HierarchicalOrganizer(Component):
                 words = ut.content_terms(sentence)
                 if len(words) < ut.MIN_CONTENT:
                     continue
-                match = sum(index.idf(t) for t in terms if t in set(index_terms(sentence))) / whole
+                have = set(index_terms(sentence))
+                match = sum(index.idf(t) for t in terms if t in have) / whole
                 units.append(_Unit(line, k, sentence, line.score + WEIGHTS.sentence * match, words,
                                    measure(sentence) + 1))
         frames = {id(line): measure(line.text) - measure(" ".join(line.segment.text.split())) + 1

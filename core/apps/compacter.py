@@ -376,7 +376,7 @@ class ContextCompacter:
         if limit is None or self.pipeline.counter.count(self._render(chunks)) <= limit:
             return chunks
         scores = self.store.knowledge(self.session, "chunk_scores") or {}
-        ranked = sorted(chunks, key=lambda c: -float((scores.get(c.id) or [0.0])[0]))
+        ranked = sorted(chunks, key=lambda c: -_first(scores.get(c.id)))
         while ranked and self.pipeline.counter.count(self._render(self._order(ranked))) > limit:
             ranked.pop()
         return self._order(ranked)

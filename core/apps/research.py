@@ -359,20 +359,17 @@ class ResearchSession:
         for k, entry in todo:
             entry["fetched"] = [u for u in entry["useful_webpages"] if u in got]
             useful = set(entry["useful_webpages"])
-            pages = [{**p, "content": got.get(p["url"], p["content"])} for p in entry["pages"]
-                     if p.get("url") in useful]
-            if not any(got.get(p["url"], p["content"]) != old["content"]
-                       for p, old in zip(pages, (q for q in entry["pages"] if q.get("url") in useful),
-                                         strict=True)):
+            old = [p for p in entry["pages"] if p.get("url") in useful]
+            if not any(got.get(p["url"], p["content"]) != p["content"] for p in old):
                 continue
+            pages = [{**p, "content": got.get(p["url"], p["content"])} for p in old]
             _, facts, urls = self._compress(pages, entry["topic"], f"{self.session}:{k}:fetched")
             if not facts:  # the fetched text gave nothing: the search results' facts stand
                 continue
             entry.update(facts=[fact_to_dict(f) for f in facts], fact_ids=[f.id for f in facts],
                          useful_webpages=urls)
-            fetched = {p["url"]: p["content"] for p in pages}
-            entry["pages"] = [{**p, "content": fetched.get(p.get("url"), p["content"])}
-                              for p in entry["pages"]]
+            entry["pages"] = [{**p, "content": got[p["url"]]} if p.get("url") in useful and p["url"] in got
+                              else p for p in entry["pages"]]
 
     def _archive(self, reason: str, agent_summary: str | None, prune: bool = True) -> dict[str, Any]:
         pages = list({r["url"] or f"result {i}": r for i, r in enumerate(self._pending)}.values())

@@ -88,6 +88,7 @@ def write_report(rules: ResearchReport, context: ResearchReport, *, budget: int 
             why.append(str(step.details["llm_declined"]))
         return rules, why or ["no usable reply"]
     written = reply if reply.endswith("\n") else reply + "\n"
-    used = {n: url for n, url in context.footnotes.items() if n in set(footnote_refs(written))}
+    cited = set(footnote_refs(written))
+    used = {n: url for n, url in context.footnotes.items() if n in cited}
     return ResearchReport(written, footnotes=used, topics=context.topics, sections=context.sections,
                           cited=context.cited, fact_ids=context.fact_ids, method="llm"), []

@@ -387,13 +387,6 @@ def openai_messages(messages: Sequence[BaseMessage]) -> tuple[list[dict[str, Any
     return dicts, owners
 
 
-def restubbed(messages: Sequence[BaseMessage], owners: Sequence[int],
-              compacted: CompactedMessages) -> list[BaseMessage]:
-    """The history after a cheap tier (tool outputs as stubs or reductions): `rebuild` with the
-    messages' own dicts."""
-    return rebuild(messages, openai_messages(messages)[0], owners, compacted)
-
-
 def rebuild(messages: Sequence[BaseMessage], dicts: Sequence[dict[str, Any]], owners: Sequence[int],
             compacted: CompactedMessages) -> list[BaseMessage]:
     """The compacted history as LangChain messages, for any compaction of `dicts` (the messages as

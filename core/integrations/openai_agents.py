@@ -119,10 +119,8 @@ class CompactorSession(AutoCounters):
         tiers the last compaction in this process used (`tiers`: "clear", "reduce", "summary"),
         since a cheap tier's compaction has no summary to show for it."""
         view = self._checkpoint()
-        last = self.auto.last.report.get("tiers") if self.auto.last is not None else None
         return {**super().stats(), "session_id": self.session_id,
-                "covered_items": 0 if view is None else view["covered"],
-                "tiers": [name for name, tier in (last or {}).items() if tier.get("used")]}
+                "covered_items": 0 if view is None else view["covered"]}
 
     # -- the Session protocol -------------------------------------------------------------------
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import regex
 
 PROMPT_PACKAGE = "compactor.llm"
-PLACEHOLDERS = ("query", "budget", "content")
 _PLACEHOLDER = regex.compile(r"\{(query|budget|content)\}")
 
 

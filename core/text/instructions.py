@@ -20,8 +20,8 @@ so a rewording still falls under one of them:
 Each rule has a weight: a rule that needs a second sign (a dangerous shell command, "without any
 restrictions", "reply with the word ...") weighs under the 0.8 that flags a chunk by itself. The
 rules run on `compactor.text.confusables.skeleton` text (invisible characters out, look-alike
-letters folded), and every rule requires literal words that `compactor.text.prefilter` finds in one
-pass, so a chunk runs only the few rules whose words it holds.
+letters folded), and each rule runs only on a text holding one of its cue words (`CUES`, looked up
+in the text's set of words), so a chunk runs only the few rules whose words it holds.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from compactor.llm.client import LLMSettings
 from compactor.llm.guard import Request, complete_guarded
 from compactor.run import Run
 from compactor.text import terms as ts
-from compactor.text.extracts import information, query_idf, relevance, rule_extract
+from compactor.text.extracts import query_idf, rule_extract, sentence_score
 from compactor.text.language import is_chinese
 from compactor.text.sentences import split_sentences
 from compactor.text.tokens import TokenCounter
@@ -76,8 +76,7 @@ def _score(sentences: list[Sentence], query: str | None, counter: TokenCounter) 
     costs = counter.count_many([s.chunk.text[s.start:s.end] for s in sentences])
     scored = []
     for s, cost in zip(sentences, costs, strict=True):
-        info = information(s.chunk.text[s.start:s.end])
-        score = 0.7 * relevance(s.terms, idf) + 0.3 * info if query_terms else info
+        score = sentence_score(s.chunk.text[s.start:s.end], s.terms, query_terms, idf)
         scored.append(Sentence(s.chunk, s.start, s.end, s.terms, score, cost))
     return scored
 

@@ -130,7 +130,7 @@ class FactCentric(_Strategy):
             ranked = kit.scored_sentences(chunks, context.query, run.counter, titles=_titles(context),
                                           anchors=anchors)
             new = kit.keep_facts(ranked, urls, threshold=self.threshold, floor=self.min_score,
-                                 max_tokens=None, max_facts=self.max_facts)
+                                 max_facts=self.max_facts)
             run.note("extraction", "rules")
         else:
             run.note("extraction", "llm")

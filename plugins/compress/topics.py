@@ -29,8 +29,6 @@ def _position(fact: Fact, chunks: Mapping[str, Chunk], order: Mapping[str, int])
     return order[chunk.source_id], chunk.start + chunk.text.find(fact.text)
 
 
-_titles = source_titles  # the name render.footnotes imports
-
 
 class TopicCompressor(Component):
     """Per research topic, the facts that matter for it, each with a footnote to its source."""

@@ -147,7 +147,7 @@ def test_facts_below_the_threshold_are_dropped_even_when_there_is_room(hotpot: l
     ranked = fx.scored_sentences(chunks, item["question"], COUNTER, titles=titles)
     best = max(c.relevance for c in ranked)
     for threshold in (0.3, 0.6, 0.9):
-        kept = fx.keep_facts(ranked, urls, threshold=threshold, floor=0.05, max_tokens=None)
+        kept = fx.keep_facts(ranked, urls, threshold=threshold, floor=0.05)
         texts = {f.text for f in kept}
         below = [c for c in ranked if c.relevance < threshold * best]
         assert below, threshold

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import inspect
 import json
-import typing
 from typing import Any, Literal
 
 import pytest
 
 import compactor
-from compactor import hookspecs
+from compactor import components, hookspecs
 from compactor.components import STAGES, Component, param
 from compactor.document import Context
 from compactor.errors import ConfigError, InputError
@@ -164,6 +163,6 @@ def test_every_built_in_shows_its_values_and_keeps_its_bounds() -> None:
 
 
 def test_stages_and_stage_hooks_are_declared_once() -> None:
-    assert typing.get_args(hookspecs.Stage) == STAGES
+    assert components.Stage is hookspecs.Stage and tuple(hookspecs.STAGE_HOOKS) == components.STAGES
     assert all(hookspecs.STAGE_HOOKS[stage] == f"compactor_{stage}" for stage in STAGES)
     assert all(callable(getattr(hookspecs, hook)) for hook in hookspecs.STAGE_HOOKS.values())

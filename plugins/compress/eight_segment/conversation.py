@@ -449,7 +449,7 @@ class EightSegment(Component):
               dropped: Sequence[int], allowance: int, counter: TokenCounter, *, role: str | None = None,
               original_tokens: int = 0, kept_tokens: int = 0, weights: Mapping[int, float] | None = None,
               focus: frozenset[str] = frozenset(), expand_tool: str | None = EXPAND_TOOL,
-              original_chars: int = 0, kept_chars: int = 0, request_share: float = 0.125) -> Draft:
+              original_chars: int = 0, kept_chars: int = 0, request_share: float = REQUEST_SHARE) -> Draft:
         """The rule summary of the dropped messages within `allowance` tokens (never more);
         `request_share`: how much of it the start of a request too long to quote whole may take."""
         zh = _chinese(history)
@@ -1071,7 +1071,7 @@ def quality_score(history: hx.History, dropped: Sequence[int], text: str, kept_t
 
 
 def request_items(asked: Sequence[hx.Request], first_kept: bool, allowance: int, counter: TokenCounter,
-                  zh: bool = False, share: float = 0.125) -> tuple[list[hx.Item], frozenset[int]]:
+                  zh: bool = False, share: float = REQUEST_SHARE) -> tuple[list[hx.Item], frozenset[int]]:
     """The request lines that open Primary Request and Intent, and the user messages they quote.
 
     The current request (the person's latest turn, when it is summarised) is quoted in full
@@ -1098,13 +1098,13 @@ def request_items(asked: Sequence[hx.Request], first_kept: bool, allowance: int,
                                  short=_request_lead(opening, request.text, half // 2, counter)))
             half -= cost
         elif request.which == "current":
-            room = min(max(half, int(share * allowance)) if share > 0.125 else half,
+            room = min(max(half, int(share * allowance)) if share > REQUEST_SHARE else half,
                        max(MIN_SUMMARY_TOKENS, int(allowance * share)))
             shortened = _request_lead(opening, request.text, room, counter)
             items.append(hx.Item(shortened, (request.index,), 4.0, order, mandatory=allowance >= TIGHT,
                                  short=_request_lead(opening, request.text, room // 2, counter)))
             half -= counter.count(f"- {shortened}\n")
-        elif share > 0.125:  # a room to fill: as much of the task's start as `share` holds
+        elif share > REQUEST_SHARE:  # a room to fill: as much of the task's start as `share` holds
             items.append(hx.Item(_request_lead(opening, request.text, int(share * allowance), counter),
                                  (request.index,), 3.0, order,
                                  short=_request_lead(opening, request.text, 160, counter)))
