@@ -330,23 +330,33 @@ def _package_root() -> pathlib.Path:
     return pathlib.Path(__file__).resolve().parent.parent
 
 
+def _inside_folder(value: str, folder: pathlib.Path, what: str, *, absolute_hint: str = "",
+                   also: pathlib.Path | None = None) -> tuple[pathlib.Path | None, str | None]:
+    """`value` resolved inside `folder` (or `also`), or why not: relative, no `..`, and no symlink
+    out (resolving follows links). `what` names the path in the messages ("data file", "store")."""
+    given = pathlib.PurePath(value)
+    if given.is_absolute() or value.startswith("~"):
+        return None, f"{what} {value!r} must be a relative path (inside the pipeline's folder){absolute_hint}"
+    if ".." in given.parts:
+        return None, f"{what} {value!r} must not leave the pipeline's folder ('..')"
+    root = folder.resolve()
+    target = (root / given).resolve()
+    if not (target.is_relative_to(root) or (also is not None and target.is_relative_to(also))):
+        return None, f"{what} {value!r} resolves outside the pipeline's folder ({target})"
+    return target, None
+
+
 def resolve_data_path(value: str, folder: pathlib.Path) -> tuple[str, str | None]:
     """A pipeline's data file (prompt, pattern table) as an absolute path inside the pipeline's
     folder or the compactor package, or why it is refused: pipeline files may come from someone
     else, and a path out of their folder would read any file (and send it to the LLM endpoint)."""
-    given = pathlib.PurePath(value)
     if not value.strip():
         return value, "a data file path must not be empty"
-    if given.is_absolute() or value.startswith("~"):
-        return value, f"data file {value!r} must be a relative path (inside the pipeline's folder)"
-    if ".." in given.parts:
-        return value, f"data file {value!r} must not leave the pipeline's folder ('..')"
-    root = folder.resolve()
-    target = (root / given).resolve()  # follows symlinks: a link out of the folder is refused
-    if not (target.is_relative_to(root) or target.is_relative_to(_package_root())):
-        return value, f"data file {value!r} resolves outside the pipeline's folder ({target})"
+    target, why = _inside_folder(value, folder, "data file", also=_package_root())
+    if target is None:
+        return value, why
     if not target.is_file():
-        return value, f"data file {value!r} not found in {root}"
+        return value, f"data file {value!r} not found in {folder.resolve()}"
     return str(target), None
 
 
@@ -356,19 +366,11 @@ def resolve_store_path(value: str, folder: pathlib.Path) -> tuple[str, str | Non
     machine is written to. The file itself need not exist yet (opening creates it)."""
     if value == ":memory:":
         return value, None
-    given = pathlib.PurePath(value)
     if not value.strip():
         return value, "a store path must not be empty (leave store.path out for a store in memory)"
-    if given.is_absolute() or value.startswith("~"):
-        return value, (f"store {value!r} must be a relative path (inside the pipeline's folder); "
-                       "give an absolute path with --store instead")
-    if ".." in given.parts:
-        return value, f"store {value!r} must not leave the pipeline's folder ('..')"
-    root = folder.resolve()
-    target = (root / given).resolve()  # follows symlinks: a link out of the folder is refused
-    if not target.is_relative_to(root):
-        return value, f"store {value!r} resolves outside the pipeline's folder ({target})"
-    return str(target), None
+    target, why = _inside_folder(value, folder, "store",
+                                 absolute_hint="; give an absolute path with --store instead")
+    return (value, why) if target is None else (str(target), None)
 
 
 def validate(marked: Marked, registry: Registry) -> PipelineSpec:
