@@ -6,7 +6,9 @@ the environment set per case) and is counted against what must never happen:
 
 * internal error: "internal error" or a traceback on stderr, or an exit code other than 0, 1, 2 (exit 1
   only for an empty result or a failed quality gate);
-* hang: a case over ``--limit`` seconds (default 35: the LLM deadline of 30 s plus a margin);
+* hang: a case over ``--limit`` seconds (default 35: the LLM deadline of 30 s plus a margin); a case
+  that has not returned after twice that stops the suite with every thread's traceback (exit 1), so a
+  true hang fails the run instead of stalling it;
 * key leak: any of the keys (environment, literal in a file, ``${VAR}``, inside a URL) in stdout,
   stderr or a written report;
 * special file replaced: a FIFO, ``/dev/null`` or a hard-linked file whose inode or type changed;
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import io
 import json
 import os
@@ -86,6 +89,10 @@ def environment(values: dict[str, str]) -> Iterator[None]:
         os.environ.update(saved)
 
 
+#: Seconds after which a case counts as a hang (`--limit`).
+HANG_LIMIT = [35.0]
+
+
 def run(
     argv: Sequence[str], stdin: bytes = b"", env: dict[str, str] | None = None
 ) -> tuple[int, str, str, float]:
@@ -98,6 +105,8 @@ def run(
     sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
     sys.stdout, sys.stderr = out, err
     started = time.perf_counter()
+    # a watchdog thread outside the interpreter: it fires even inside a C loop holding the GIL
+    faulthandler.dump_traceback_later(2 * HANG_LIMIT[0], exit=True, file=sys.__stderr__)
     try:
         with environment(env or {}):
             try:
@@ -105,6 +114,7 @@ def run(
             except SystemExit as exc:  # argparse
                 code = int(exc.code or 0)
     finally:
+        faulthandler.cancel_dump_traceback_later()
         sys.stdin, sys.stdout, sys.stderr = saved
     seconds = time.perf_counter() - started
     out.flush()
@@ -293,6 +303,7 @@ def main() -> int:
     parser.add_argument("--limit", type=float, default=35.0, help="seconds after which a case is a hang")
     parser.add_argument("--quick", action="store_true", help="inputs through two pipelines only")
     args = parser.parse_args()
+    HANG_LIMIT[0] = args.limit
     tally = Tally()
     started = time.perf_counter()
     base_env = {"OPENAI_API_KEY": ENV_KEY, "MY_KEY": VAR_KEY, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}

@@ -59,10 +59,7 @@ def test_approximate_encoding_round_trips_text() -> None:
     assert TokenCounter(enc, "x", exact=False).count(text) == len(enc.encode_ordinary(text))
 
 
-# A pathological single "word" of megabytes is counted in linear time, close to tiktoken's count.
-
-
-# -- one enormous token ----------------------------------------------------------------------------
+# -- one enormous token: counted in linear time, close to tiktoken's count -------------------------
 
 
 @pytest.mark.parametrize("kind", ["letters", "base64", "spaces"])

@@ -381,8 +381,6 @@ def test_role_handoffs_at_35_percent_keep_what_each_role_needs(name: str) -> Non
 
 
 def test_role_handoff_from_the_command_line(tmp_path: Path) -> None:
-    from ...helpers import run_cli
-
     path = tmp_path / "team.json"
     path.write_text(json.dumps(_load("team_en.json")), encoding="utf-8")
     result = run_cli("conversation", str(path), "--budget", "800", "--keep-last", "2", "--role", "reviewer")
@@ -392,16 +390,13 @@ def test_role_handoff_from_the_command_line(tmp_path: Path) -> None:
     assert "SEC-77" in _section(summary, "pending", False) and "role: reviewer" in summary
 
 
-# A handoff asked for a role the history does not have.
+# -- role= a role the history does not have -------------------------------------------------------------
 
 TEAM = DATA / "team_en.json"
 
 
-# -- role= a role the history does not have -------------------------------------------------------------
-
-
 def test_an_unknown_role_is_an_input_error_naming_the_roles_present() -> None:
-    team = json.loads(TEAM.read_text(encoding="utf-8"))
+    team = _load("team_en.json")
     budget = int(0.35 * compactor.count_message_tokens(team))
     with pytest.raises(InputError, match="role 'illustrator' matches nobody") as raised:
         compactor.compact_messages(team, budget, role="illustrator")
