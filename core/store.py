@@ -46,7 +46,6 @@ from typing import Any
 
 from compactor.document import Chunk, Source
 from compactor.errors import InputError, StoreConflict, StoreError
-from compactor.text.language import detect_lang
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,10 +164,13 @@ def _unpack(data: bytes) -> tuple[int, ...]:
     return struct.unpack(f"<{len(data) // 8}Q", data)
 
 
+#: The columns `_row_chunk` reads, in its order.
+_CHUNK_COLUMNS = 'id, source_id, idx, start, "end", text, tokens, lang'
+
+
 def _row_chunk(row: Sequence[Any]) -> Chunk:
-    """A chunk from its SQLite row (id, source_id, idx, start, end, text, tokens)."""
-    text = row[5]
-    return Chunk(row[0], row[1], row[2], row[3], row[4], text, row[6], lang=detect_lang(text[:2000]))
+    """A chunk from its SQLite row (`_CHUNK_COLUMNS`): the language is the one it was stored with."""
+    return Chunk(row[0], row[1], row[2], row[3], row[4], row[5], row[6], lang=row[7])
 
 
 class MemoryStore(ChunkStore):
@@ -267,8 +269,9 @@ class MemoryStore(ChunkStore):
 
 APPLICATION_ID = 0x434D5054  # "CMPT": `PRAGMA application_id` of every compactor store
 #: `PRAGMA user_version` of the layout below; 1 is the unmarked layout of earlier releases (one JSON
-#: blob of facts per session), which opening such a file upgrades in place.
-SCHEMA_VERSION = 2
+#: blob of facts per session), 2 the one before chunks kept their language; opening either upgrades
+#: it in place.
+SCHEMA_VERSION = 3
 #: How long a batch waits for another process's batch on the same session (seconds).
 LOCK_WAIT = 600.0
 #: A session lock is taken over after this many seconds (the lock of a dead process on this host at
@@ -283,7 +286,8 @@ _TABLES = (
     version INTEGER NOT NULL DEFAULT 0)""",
     """CREATE TABLE IF NOT EXISTS chunks (
     id TEXT PRIMARY KEY, source_id TEXT NOT NULL, idx INTEGER NOT NULL, start INTEGER NOT NULL,
-    "end" INTEGER NOT NULL, text TEXT NOT NULL, tokens INTEGER NOT NULL, url TEXT, title TEXT)""",
+    "end" INTEGER NOT NULL, text TEXT NOT NULL, tokens INTEGER NOT NULL, url TEXT, title TEXT,
+    lang TEXT NOT NULL DEFAULT 'en')""",
     "CREATE INDEX IF NOT EXISTS chunks_by_source ON chunks (source_id, idx)",
     """CREATE TABLE IF NOT EXISTS session_sources (
     session TEXT NOT NULL, source_id TEXT NOT NULL, seq INTEGER NOT NULL, url TEXT, title TEXT,
@@ -669,10 +673,10 @@ class SQLiteStore(ChunkStore):
                 seq += 1
             db.executemany(
                 'INSERT OR REPLACE INTO chunks (id, source_id, idx, start, "end", text, tokens, url, '
-                "title) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "title, lang) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(c.id, c.source_id, c.index, c.start, c.end, c.text, c.tokens,
                   by_id[c.source_id].uri if c.source_id in by_id else None,
-                  by_id[c.source_id].title if c.source_id in by_id else None)
+                  by_id[c.source_id].title if c.source_id in by_id else None, c.lang)
                  for c in batch.chunks])
             for key, value in batch.knowledge.items():
                 if key == "facts":
@@ -692,14 +696,15 @@ class SQLiteStore(ChunkStore):
         found: dict[str, Chunk] = {}
         for i in range(0, len(wanted), 500):
             part = wanted[i:i + 500]
-            rows = self._query('SELECT id, source_id, idx, start, "end", text, tokens '
-                               f"FROM chunks WHERE id IN ({','.join('?' * len(part))})", part)
+            rows = self._query(f"SELECT {_CHUNK_COLUMNS} FROM chunks "
+                               f" WHERE id IN ({','.join('?' * len(part))})", part)
             found.update((r[0], _row_chunk(r)) for r in rows)
         return found
 
     def session_chunks(self, session: str) -> list[Chunk]:
-        rows = self._query('SELECT c.id, c.source_id, c.idx, c.start, c."end", c.text, c.tokens '
-                           "FROM chunks c JOIN session_sources s ON s.source_id = c.source_id "
+        columns = ", ".join(f"c.{name.strip()}" for name in _CHUNK_COLUMNS.split(","))
+        rows = self._query(f"SELECT {columns} FROM chunks c "
+                           "JOIN session_sources s ON s.source_id = c.source_id "
                            "WHERE s.session = ? ORDER BY s.seq, c.idx", (session,))
         return [_row_chunk(r) for r in rows]
 
@@ -820,6 +825,17 @@ def _foreign(path: Path, layout: _Layout) -> str:
             "give a new file or an existing compactor store")
 
 
+# Chunks written before the language column: a guess from the first 2,000 characters' UTF-8 length,
+# since the text rules are not the store's to run. ASCII is 1 byte a character and CJK 3, so half the
+# extra bytes counts CJK characters (an accented letter adds half of one); the shares follow the
+# detector's (below a tenth "en", from seven tenths "zh"), taken over characters, not letters.
+_GUESS_LANG = """UPDATE chunks SET lang = (
+    SELECT CASE WHEN cjk < 0.1 * chars THEN 'en' WHEN cjk >= 0.7 * chars THEN 'zh' ELSE 'mixed' END
+    FROM (SELECT (length(CAST(head AS BLOB)) - length(head)) / 2.0 AS cjk,
+                 max(length(replace(head, ' ', '')), 1) AS chars
+          FROM (SELECT substr(chunks.text, 1, 2000) AS head)))"""
+
+
 def _upgrade(db: sqlite3.Connection, version: int, path: Path) -> None:
     """Bring a store of schema `version` to SCHEMA_VERSION inside the caller's transaction."""
     if version == 1:  # unmarked: add the new tables and columns, move JSON-blob facts to rows
@@ -838,6 +854,10 @@ def _upgrade(db: sqlite3.Connection, version: int, path: Path) -> None:
                                  "the store was left unchanged") from exc
         db.execute("DELETE FROM knowledge WHERE key = 'facts'")
         version = 2
+    if version == 2:  # chunks keep the language they were written with
+        db.execute("ALTER TABLE chunks ADD COLUMN lang TEXT NOT NULL DEFAULT 'en'")
+        db.execute(_GUESS_LANG)
+        version = 3
     if version != SCHEMA_VERSION:
         raise StoreError(f"{path}: no upgrade from store schema {version}")
 

@@ -19,10 +19,11 @@ import pytest
 
 from compactor import ContextCompacter, Pipeline
 from compactor.apps.compacter import fact_from_dict, fact_to_dict
-from compactor.document import Fact
+from compactor.document import Chunk, Fact, Source
 from compactor.errors import InputError, StoreError
 from compactor.ops.monitor import record_runs, rolling_stats
 from compactor.store import APPLICATION_ID, SCHEMA_VERSION, Batch, MemoryStore, SQLiteStore, open_store
+from compactor.text.language import detect_lang
 
 from ..helpers import run_cli
 
@@ -395,3 +396,35 @@ def test_facts_round_trip_through_the_store_with_spans(tmp_path: Path, kind: str
     store.commit_batch("s", Batch(knowledge={"facts": data[:1]}))  # a smaller knowledge base
     assert store.knowledge("s", "facts") == data[:1]
     assert store.knowledge("other", "facts", []) == []
+
+
+LANG_TEXTS = {
+    "en": "Battery prices fell by a fifth in 2024, and the range of new cars went up again.",
+    "zh": "二〇二四年电池价格下降了五分之一，新车的续航里程再次提高。",
+    "mixed": "The report says 电池价格下降了五分之一 and 新车的续航里程再次提高 in most markets this year.",
+    "accented": "Le café coûte trois euros à Paris, et le thé un peu moins cher.",
+}
+
+
+def test_chunks_keep_their_language_and_a_schema_2_store_is_upgraded(tmp_path: Path) -> None:
+    """Chunks come back with the language they were written with; a store written before the
+    column existed gets one guessed from the text's UTF-8 length, which matches the detector on
+    plain English, plain Chinese and mixed text."""
+    path = tmp_path / "s.sqlite"
+    store = SQLiteStore(path)
+    whole = "".join(LANG_TEXTS.values())
+    chunks = [Chunk(f"src-{i}", "src", i, 0, len(text), text, 10, lang=detect_lang(text))
+              for i, text in enumerate(LANG_TEXTS.values())]
+    store.commit_batch("s", Batch(sources=[Source("src", "text", whole, whole)], chunks=chunks))
+    assert {c.id: c.lang for c in store.session_chunks("s")} == {c.id: c.lang for c in chunks}
+    assert [c.lang for c in chunks] == ["en", "zh", "mixed", "en"]
+    store.close()
+    db = sqlite3.connect(path, isolation_level=None)  # the layout of schema 2: no language column
+    db.execute("ALTER TABLE chunks DROP COLUMN lang")
+    db.execute("PRAGMA user_version = 2")
+    db.close()
+    upgraded = SQLiteStore(path)
+    assert _marks(path) == (APPLICATION_ID, SCHEMA_VERSION, "wal")
+    assert {c.id: c.lang for c in upgraded.chunks([c.id for c in chunks]).values()} == {
+        c.id: c.lang for c in chunks}
+    assert [c.text for c in upgraded.session_chunks("s")] == list(LANG_TEXTS.values())
