@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import inspect
 import json
 import time
 import uuid
@@ -28,8 +29,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compactor.apps.common import PipelineArg, check_overrides, pipeline_for
-from compactor.apps.conversation import TIERS, CompactedMessages, compact_messages
+from compactor.apps.common import PipelineArg, check_overrides, in_worker, pipeline_for, refuse_unknown
+from compactor.apps.conversation import COMPACT_OPTIONS, TIERS, CompactedMessages, compact_messages
 from compactor.apps.tools import expand, handle_expand_call
 from compactor.document import Message
 from compactor.errors import BudgetError, InputError
@@ -37,12 +38,14 @@ from compactor.formats.clearing import request_indices
 from compactor.formats.messages import (
     TOKENS_PER_REPLY,
     answers,
+    as_mapping,
     message_tokens,
     messages_tokens,
     read_messages,
     to_dict,
     units,
 )
+from compactor.formats.providers import Wire, check_wire, to_chat, wire_of
 from compactor.formats.system_prompt import leading_system
 from compactor.state import CompactionPlan
 from compactor.store import ChunkStore, open_store
@@ -52,6 +55,8 @@ from compactor.text.tokens import TokenCounter, get_counter
 DEFAULT_TRIGGER = 0.8
 #: The name compactions are recorded under in the store's runs (`compactor.ops.monitor`).
 MONITOR_NAME = "auto-compaction"
+#: The keywords of `compact_messages` an `AutoCompactor` passes on (it sets the others itself).
+PASSED_ON = frozenset(COMPACT_OPTIONS) - {"budget", "store", "session", "fit", "restore"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +90,10 @@ class AutoCompactor:
     `compact_messages`. The cheap tiers are accepted once the history is back under the
     trigger; a summary compacts to `target` (of the room the system message(s) leave, when they
     take much of it). `on_compact` is called with each `Compaction`, for a monitor or a log
-    line; `record=False` keeps compactions out of the store's run records.
+    line; `record=False` keeps compactions out of the store's run records. `format`: the
+    history's wire format for every call ("chat", "anthropic", "responses"; None detects it per
+    call, see `compact_messages`); results come back in it. A keyword it does not know is refused
+    here, with the closest one it does.
 
     One compactor may serve several loops at once (threads, tasks). Overhead that belongs to one
     request (an agent's instructions, that call's tool schemas) goes in that call's `extra_tokens=`
@@ -99,7 +107,9 @@ class AutoCompactor:
                  pipeline: PipelineArg = "conversation", plugins: Iterable[Any] = (), llm: Any = None,
                  query: str | None = None, encoding: str = "cl100k_base",
                  on_compact: Callable[[Compaction], None] | None = None, record: bool = True,
-                 remember: bool = True, **options: Any) -> None:
+                 remember: bool = True, format: str | None = None, **options: Any) -> None:
+        refuse_unknown("AutoCompactor", {k: v for k, v in options.items() if k not in PASSED_ON},
+                       sorted({*PASSED_ON, *_OWN}))
         if not _count(window) or window <= 0:
             raise InputError(f"window must be a positive number of tokens, not {window!r}")
         if reserve is not None and trigger is not None:
@@ -117,12 +127,14 @@ class AutoCompactor:
         self._originals: dict[str, Any] = {}  # id -> the tool output a stub or reduction replaced
         self._pin_messages: list[dict[str, Any]] = []
         self.tools_tokens = tools_tokens
+        self.format = None if format is None else check_wire(format)
         self.store = open_store(store)
         self.session = session or f"auto-{uuid.uuid4().hex[:12]}"
         self.on_compact = on_compact
         self.record = record
         self.remember = remember
-        self._memo: tuple[int, str, list[Any]] | None = None  # (messages covered, their digest, result)
+        # (items covered, their digest, the result, its format)
+        self._memo: tuple[int, str, list[Any], Wire] | None = None
         self._counter = get_counter(encoding)
         self._options: dict[str, Any] = {"keep_last": keep_last, "pipeline": pipeline, "tiers": TIERS,
                                          "plugins": tuple(plugins), "llm": llm, "query": query, **options}
@@ -149,19 +161,24 @@ class AutoCompactor:
         """Tokens the compactions removed from the requests that followed them (sum over compactions)."""
         return sum(c.tokens_saved for c in self.history)
 
-    def tokens(self, messages: Sequence[Any], *, extra_tokens: int = 0) -> int:
+    def tokens(self, messages: Sequence[Any], *, extra_tokens: int = 0, format: str | None = None) -> int:
         """What `messages` cost in a request, plus `tools_tokens` and this call's `extra_tokens`."""
         overhead = self._overhead(extra_tokens)
-        return messages_tokens(read_messages(list(messages)), self._counter) + overhead
+        items = list(messages)
+        return self._history_tokens(items, self._wire(items, format)) + overhead
 
-    def should_compact(self, messages: Sequence[Any], *, extra_tokens: int = 0) -> bool:
+    def should_compact(self, messages: Sequence[Any], *, extra_tokens: int = 0,
+                       format: str | None = None) -> bool:
         """Whether the history (with `extra_tokens` of this request's own overhead) has passed the
         trigger."""
-        return self.tokens(messages, extra_tokens=extra_tokens) > self.trigger_tokens
+        return self.tokens(messages, extra_tokens=extra_tokens, format=format) > self.trigger_tokens
 
-    def maybe_compact(self, messages: Sequence[Any], *, extra_tokens: int = 0) -> list[Any]:
+    def maybe_compact(self, messages: Sequence[Any], *, extra_tokens: int = 0,
+                      format: str | None = None) -> list[Any]:
         """`messages` as they are while under the trigger (the same objects, in a new list);
-        past it, the compacted history as plain message dicts (a `CompactedMessages`).
+        past it, the compacted history (a `CompactedMessages`) in the same format: chat message
+        dicts, an Anthropic `messages` list or a Responses `input` list (`format`: "chat",
+        "anthropic", "responses"; None detects it, see `compact_messages`).
         `extra_tokens`: overhead this request adds to `tools_tokens` (as in `compact`).
 
         Either loop works: one that sends back what this returned plus its new turns, and one that
@@ -171,22 +188,49 @@ class AutoCompactor:
         overhead = self._overhead(extra_tokens)
         self.checks += 1
         items = list(messages)
-        parsed = read_messages(items)
+        wire = self._wire(items, format)
         memo = self._memo  # only set with `remember`
-        if memo is not None and len(items) >= memo[0] and _digest(parsed[:memo[0]]) == memo[1]:
+        if (memo is not None and memo[3] == wire and len(items) >= memo[0]
+                and _digest(items[:memo[0]]) == memo[1]):
             current = [*copy.deepcopy(memo[2]), *items[memo[0]:]]  # the caller may edit what it gets
-            before = messages_tokens(read_messages(current), self._counter) + overhead
         else:
-            current, before = items, messages_tokens(parsed, self._counter) + overhead
+            current = items
+        before = self._history_tokens(current, wire) + overhead
         if before <= self.trigger_tokens:
             return current
-        result = self.compact(current, tokens_before=before, extra_tokens=extra_tokens)
+        result = self.compact(current, tokens_before=before, extra_tokens=extra_tokens, format=wire)
         if self.remember:
-            self._memo = (len(items), _digest(parsed), copy.deepcopy(list(result)))
+            self._memo = (len(items), _digest(items), copy.deepcopy(list(result)), wire)
         return result
 
+    async def amaybe_compact(self, messages: Sequence[Any], *, extra_tokens: int = 0,
+                             format: str | None = None) -> list[Any]:
+        """`maybe_compact` for async code: the same arguments and result, the work in a worker
+        thread (an LLM rewrite too), so the event loop keeps serving other tasks meanwhile."""
+        return await in_worker(self.maybe_compact, messages, extra_tokens=extra_tokens, format=format)
+
+    async def acompact(self, messages: Sequence[Any], *, tokens_before: int | None = None,
+                       budget: int | None = None, extra_tokens: int = 0,
+                       format: str | None = None) -> CompactedMessages:
+        """`compact` for async code, in a worker thread."""
+        return await in_worker(self.compact, messages, tokens_before=tokens_before, budget=budget,
+                               extra_tokens=extra_tokens, format=format)
+
+    def _wire(self, items: Sequence[Any], format: str | None) -> Wire:
+        """The history's format: `format` checked, else the compactor's own, else detected."""
+        chosen = format if format is not None else self.format
+        return wire_of(items) if chosen is None else check_wire(chosen)
+
+    def _history_tokens(self, items: list[Any], wire: Wire) -> int:
+        """What a history in `wire` costs (items passed through untouched included)."""
+        translation = to_chat(items, wire, self._counter)
+        if not translation.messages:
+            return translation.opaque_tokens
+        return messages_tokens(read_messages(translation.messages), self._counter) + translation.opaque_tokens
+
     def compact(self, messages: Sequence[Any], *, tokens_before: int | None = None,
-                budget: int | None = None, extra_tokens: int = 0) -> CompactedMessages:
+                budget: int | None = None, extra_tokens: int = 0,
+                format: str | None = None) -> CompactedMessages:
         """Compact now, whatever the size (a `/compact` command).
 
         A tool call still waiting for its results at the end (the loop compacts between the model's
@@ -199,8 +243,32 @@ class AutoCompactor:
         `extra_tokens`: what this request spends outside the messages beyond `tools_tokens` (an
         agent's instructions, this call's tool schemas), for this call only: it lowers the room the
         history is compacted into and is counted in the compaction's `tokens_after`, as
-        `tools_tokens` is. `tokens_before`, when given, includes it.
+        `tools_tokens` is. `tokens_before`, when given, includes it. `format`: as in `maybe_compact`;
+        the result is in the history's format.
         """
+        items = list(messages)
+        wire = self._wire(items, format)
+        if wire == "chat":
+            return self._compact_chat(items, tokens_before, budget, extra_tokens)
+        translation = to_chat(items, wire, self._counter)
+        if not translation.messages:
+            raise InputError("the history has no message to compact (only items passed through as they are)")
+        self._overhead(extra_tokens)
+        # items passed through untouched count as overhead: the messages are compacted into the rest
+        result = self._compact_chat(translation.messages, tokens_before, budget,
+                                    extra_tokens + translation.opaque_tokens)
+        report = {**result.report, "format": wire}
+        if translation.opaque_tokens:
+            report["opaque_tokens"] = translation.opaque_tokens
+        out = CompactedMessages(translation.back(result, summary=report.get("summary"),
+                                                 added=report.get("pin_texts") or ()),
+                                store=result.store, session=result.session, report=report)
+        self.last = out
+        return out
+
+    def _compact_chat(self, messages: list[Any], tokens_before: int | None, budget: int | None,
+                      extra_tokens: int) -> CompactedMessages:
+        """`compact` on chat-shaped messages."""
         if budget is not None and (not _count(budget) or budget <= 0):
             raise InputError(f"budget must be a positive number of tokens, not {budget!r}")
         overhead = self._overhead(extra_tokens)  # read once: another loop may set tools_tokens meanwhile
@@ -230,7 +298,8 @@ class AutoCompactor:
             original = items[int(index)]
             self._originals[ref] = copy.deepcopy(original) if isinstance(original, dict) else original
         pin_texts = self._pin_texts(result)
-        self._pin_messages = [m for m in result if isinstance(m, dict) and m.get("content") in pin_texts]
+        self._pin_messages = [m for m in result if isinstance(m, dict) and isinstance(m.get("content"), str)
+                              and m["content"] in pin_texts]
         if split < len(parsed):
             result.extend(to_dict(m) for m in parsed[split:])
             result.report["tail"] = [*result.report.get("tail", ()), *range(split, len(parsed))]
@@ -273,7 +342,7 @@ class AutoCompactor:
             try:
                 return compact_messages(items, attempt, store=self.store, session=self.session,
                                         fit=max(attempt, ceiling), restore=self._originals,
-                                        compress_system=excerpt, **options)
+                                        compress_system=excerpt, format="chat", **options)
             except BudgetError as exc:
                 if attempt == budgets[-1]:
                     raise BudgetError(f"the system message(s) take {system} tokens, too many to compact "
@@ -321,6 +390,10 @@ class AutoCompactor:
                           if isinstance(done, dict) and done.get("used")]}
 
 
+#: The keywords `AutoCompactor` takes itself (for the did-you-mean of an unknown one).
+_OWN = frozenset(inspect.signature(AutoCompactor.__init__).parameters) - {"self", "options"}
+
+
 def _pending_start(messages: Sequence[Message]) -> int:
     """Where a trailing tool call still waiting for (some of) its results starts; the length when
     the history does not end that way."""
@@ -330,9 +403,10 @@ def _pending_start(messages: Sequence[Message]) -> int:
     return len(messages)
 
 
-def _digest(messages: Sequence[Message]) -> str:
-    """A fingerprint of a parsed message list (its messages as plain dicts), to know a history again."""
-    data = json.dumps([to_dict(m) for m in messages], sort_keys=True, default=str, ensure_ascii=False)
+def _digest(items: Sequence[Any]) -> str:
+    """A fingerprint of a history (its items as plain data), to know a history again."""
+    data = json.dumps([dict(as_mapping(item, "item")) for item in items], sort_keys=True, default=str,
+                      ensure_ascii=False)
     return hashlib.sha256(data.encode("utf-8")).hexdigest()
 
 

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import difflib
 import os
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any, ParamSpec, TypeVar
 
 from compactor.components import Requirement
 from compactor.document import Context, Source
@@ -16,6 +18,36 @@ from compactor.pipeline import Pipeline, resolved_pipeline
 
 #: What every face's `pipeline=` accepts.
 PipelineArg = str | os.PathLike[str] | Pipeline
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def refuse_unknown(face: str, given: Mapping[str, Any], allowed: Collection[str]) -> None:
+    """Refuse keywords a face does not take when it is built, not when a later call trips on them
+    (a typo such as `keep_lst=3` would otherwise fail many turns into an agent's run, or never)."""
+    if not given:
+        return
+    problems = []
+    for key in given:
+        close = difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}?" if close else f"options: {', '.join(sorted(allowed))}"
+        problems.append(f"{key}: unknown option; {hint}")
+    raise InputError(f"{face}: " + "; ".join(problems))
+
+
+async def in_worker(function: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    """`function(*args, **kwargs)` in a worker thread of the loop's default executor: compaction is
+    CPU work (and an LLM rewrite a blocking call), so an async caller's other tasks keep running."""
+    return await asyncio.to_thread(function, *args, **kwargs)  # the context (contextvars) goes along
+
+
+async def acompress(text: Any, **options: Any) -> str:
+    """`compactor.compress` for async code: the same arguments and result, the work in a worker
+    thread so the event loop is never blocked."""
+    from compactor import compress
+
+    return await in_worker(compress, text, **options)
 
 
 def pipeline_for(pipeline: PipelineArg, plugins: Iterable[Any] = ()) -> Pipeline:

@@ -13,11 +13,20 @@ offer `EXPAND_TOOL` and answer its calls with `handle_expand_call`.
 
 from __future__ import annotations
 
+import inspect
+import json
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from compactor.apps.common import PipelineArg, check_overrides, llm_mapping, pipeline_for
+from compactor.apps.common import (
+    PipelineArg,
+    check_overrides,
+    in_worker,
+    llm_mapping,
+    pipeline_for,
+    refuse_unknown,
+)
 from compactor.apps.pins import read_pins, with_pins
 from compactor.apps.tools import EXPAND_TOOL_NAME
 from compactor.document import Budget, Chunk, Context, Message, Source
@@ -33,6 +42,7 @@ from compactor.formats.messages import (
     read_messages,
     to_dict,
 )
+from compactor.formats.providers import check_wire, to_chat, wire_of
 from compactor.formats.system_prompt import system_records
 from compactor.state import CompactionPlan, ConversationOptions, State
 from compactor.store import Batch, ChunkStore, open_store
@@ -83,7 +93,8 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int | None =
                      exclude_tools: Iterable[str] = (), clear_at_least: int = 0,
                      expand_tool: str | None = EXPAND_TOOL_NAME, pin: Any = (),
                      target_ratio: float | None = None, target_compression_ratio: float | None = None,
-                     fit: int | None = None, restore: Mapping[str, Any] | None = None) -> CompactedMessages:
+                     fit: int | None = None, restore: Mapping[str, Any] | None = None,
+                     format: str | None = None, **unknown: Any) -> CompactedMessages:
     """Compact a message list to at most `budget` tokens (OpenAI's per-message accounting).
 
     `messages`: dicts in the OpenAI chat, legacy-function or content-block format, `Message`s, SDK
@@ -111,7 +122,58 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int | None =
     paths (`pathlib.Path`, read again at every compaction) that go out verbatim after the system
     message(s), counted in the budget. `target_ratio` (or its other name `target_compression_ratio`):
     the budget as a share of the history's tokens; the output fills 90-100% of it.
+
+    `format`: "chat" (OpenAI Chat Completions), "anthropic" (a Messages API `messages` list; the
+    system prompt is outside it) or "responses" (a Responses API `input` list); None detects it
+    from the items (`compactor.formats.providers.wire_of`; plain `{"role", "content": str}` lists
+    are "chat"). The result is in the same format: kept items as they were, the summary a user
+    turn of that format, an Anthropic list still valid (first turn user, roles alternating), a
+    Responses list with its provider compaction items and unknown items where they stood.
     """
+    refuse_unknown("compact_messages", unknown, COMPACT_OPTIONS)
+    options = {key: value for key, value in locals().items() if key in COMPACT_OPTIONS}
+    if isinstance(messages, str | bytes) and format in (None, "chat"):
+        return _compact_chat(messages, **options)
+    items = _json_items(messages) if isinstance(messages, str | bytes) else list(messages)
+    wire = wire_of(items) if format is None else check_wire(format)
+    if wire == "chat":
+        return _compact_chat(items, **options)
+    counter = pipeline_for(pipeline, plugins).counter
+    translation = to_chat(items, wire, counter)
+    if not translation.messages:
+        raise InputError("the history has no message to compact (only items passed through as they are)")
+    extra = translation.opaque_tokens
+    if extra:  # the items passed through untouched take their share of the budget
+        if budget is None:
+            total = messages_tokens(read_messages(translation.messages), counter) + extra
+            budget = max(1, int(total * (_ratio(target_ratio, target_compression_ratio) or 1.0)))
+            options.update(target_ratio=None, target_compression_ratio=None)
+        options["budget"] = max(1, budget - extra)
+        options["fit"] = None if fit is None else max(1, fit - extra)
+    result = _compact_chat(translation.messages, **options)
+    report = result.report
+    out = translation.back(result, summary=report.get("summary"), added=report.get("pin_texts") or ())
+    report["format"] = wire
+    if extra:
+        report["opaque_tokens"] = extra
+        for key in ("output_tokens", "tokens", "original_tokens"):
+            if isinstance(report.get(key), int):
+                report[key] += extra
+    return CompactedMessages(out, store=result.store, session=result.session, report=report)
+
+
+def _compact_chat(messages: Iterable[Any] | str | bytes, budget: int | None = None, *, keep_last: int = 4,
+                  llm: Any = None, role: str | None = None, summary_role: str = "user",
+                  store: str | ChunkStore | None = None, session: str | None = None,
+                  pipeline: PipelineArg = "conversation", plugins: Iterable[Any] = (),
+                  kind: str | None = None, query: str | None = None, focus: str | None = None,
+                  keep_files: int = 0, compress_system: bool | None = None,
+                  tiers: Sequence[str] = ("summary",), keep_tool_results: int = 3,
+                  exclude_tools: Iterable[str] = (), clear_at_least: int = 0,
+                  expand_tool: str | None = EXPAND_TOOL_NAME, pin: Any = (),
+                  target_ratio: float | None = None, target_compression_ratio: float | None = None,
+                  fit: int | None = None, restore: Mapping[str, Any] | None = None) -> CompactedMessages:
+    """`compact_messages` on a chat-shaped list (any format `compactor.formats.messages` reads)."""
     ratio = _ratio(target_ratio, target_compression_ratio)
     if budget is None and ratio is None:
         raise InputError("give a budget (tokens) or a target_ratio (a share of the history's tokens)")
@@ -218,6 +280,31 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int | None =
         result.report["output_tokens"] = int(result.report["output_tokens"]) + pin_tokens
         result.report["tokens"] = result.report["output_tokens"]
     return result
+
+
+#: The keywords `compact_messages` takes besides the history and the format.
+COMPACT_OPTIONS: tuple[str, ...] = tuple(
+    name for name in inspect.signature(_compact_chat).parameters if name != "messages")
+
+
+async def acompact_messages(messages: Iterable[Any] | str | bytes, budget: int | None = None,
+                            **options: Any) -> CompactedMessages:
+    """`compact_messages` for async code: the same arguments and result, the work in a worker
+    thread (an LLM rewrite too), so the event loop keeps serving other tasks meanwhile."""
+    return await in_worker(compact_messages, messages, budget, **options)
+
+
+def _json_items(text: str | bytes) -> list[Any]:
+    """A JSON history as a list: a list, or the `messages` / `input` list of a request body."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"<messages>: invalid JSON: {exc}") from None
+    if isinstance(data, Mapping):
+        data = data.get("messages", data.get("input"))
+    if not isinstance(data, list):
+        raise InputError("<messages>: expected a JSON list of messages or a request body with one")
+    return data
 
 
 def _summarise(items: list[Any], budget: int, runner: Any, target: ChunkStore, session_id: str, llm: Any,

@@ -294,10 +294,29 @@ def image_count(message: Message) -> int:
     return sum(1 for b in content if isinstance(b, Mapping) and b.get("type") in _IMAGE_BLOCKS)
 
 
+def hidden_tokens(message: Message, counter: TokenCounter) -> int:
+    """Tokens of blocks the message's text leaves out but a request still carries: `thinking`
+    blocks (Anthropic's, and the reasoning summaries of Responses items) cost their text, a
+    `redacted_thinking` block its encrypted payload (estimated by length)."""
+    content = message.raw.get("content") if message.raw else None
+    if not isinstance(content, list):
+        return 0
+    total = 0
+    for block in content:
+        if not isinstance(block, Mapping):
+            continue
+        kind = block.get("type")
+        if kind == "thinking" and isinstance(block.get("thinking"), str):
+            total += counter.count(block["thinking"])
+        elif kind == "redacted_thinking" and isinstance(block.get("data"), str):
+            total += len(block["data"]) // 4 + 1
+    return total
+
+
 def message_tokens(message: Message, counter: TokenCounter) -> int:
     """Tokens one message costs in a chat request (OpenAI's per-message accounting)."""
     tokens = (TOKENS_PER_MESSAGE + counter.count(wire_text(message)) + counter.count(message.role)
-              + IMAGE_TOKENS * image_count(message))
+              + IMAGE_TOKENS * image_count(message) + hidden_tokens(message, counter))
     if message.name:
         tokens += TOKENS_PER_NAME + counter.count(message.name)
     return tokens

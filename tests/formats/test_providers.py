@@ -1,0 +1,229 @@
+"""Provider formats: Anthropic Messages and OpenAI Responses histories compacted in their own shape."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+from typing import Any
+
+import pytest
+
+import compactor
+from compactor.apps.auto import AutoCompactor
+from compactor.formats.messages import message_tokens, read_messages
+from compactor.formats.providers import to_chat, wire_of
+from compactor.text.tokens import get_counter
+
+COUNTER = get_counter("cl100k_base")
+
+
+def _order(i: int) -> str:
+    return json.dumps({"order_id": f"#W{1000 + i}", "status": "delivered" if i % 3 else "pending",
+                       "items": [{"name": f"item-{i}-{k}", "price": 10 + k} for k in range(12)]})
+
+
+def anthropic_history(turns: int) -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = [
+        {"role": "user", "content": "Please check all my orders and refund order #W1003."}]
+    for i in range(turns):
+        history += [
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": f"Order {i} next.", "signature": f"sig{i}"},
+                {"type": "text", "text": f"Looking up order #W{1000 + i}."},
+                {"type": "tool_use", "id": f"toolu_{i}", "name": "get_order",
+                 "input": {"order_id": f"#W{1000 + i}"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}",
+                                          "content": _order(i), "is_error": False}]},
+            {"role": "assistant", "content": f"Order #W{1000 + i} is {'delivered' if i % 3 else 'pending'}."},
+            {"role": "user", "content": [{"type": "text", "text": "Next one, please."}]}]
+    return history
+
+
+def responses_history(turns: int) -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = [
+        {"role": "developer", "content": "You are a support agent for an online shop."},
+        {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAAB" + "Qk9PTQ" * 60},
+        {"role": "user", "content": "Please check all my orders and refund order #W1003."}]
+    for i in range(turns):
+        history += [
+            {"type": "reasoning", "id": f"rs_{i}", "encrypted_content": "enc" + "A" * 40,
+             "summary": [{"type": "summary_text", "text": f"Look up order {i}."}]},
+            {"type": "function_call", "id": f"fc_{i}", "call_id": f"call_{i}", "name": "get_order",
+             "arguments": json.dumps({"order_id": f"#W{1000 + i}"})},
+            {"type": "function_call_output", "call_id": f"call_{i}", "output": _order(i)},
+            {"type": "message", "role": "assistant", "id": f"msg_{i}", "status": "completed",
+             "content": [{"type": "output_text", "text": f"Order #W{1000 + i} is checked.",
+                          "annotations": []}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Next one."}]}]
+        if i == turns // 2:
+            history.append({"type": "web_search_call", "id": "ws_1", "status": "completed",
+                            "action": {"type": "search", "query": "refund policy"}})
+    return history
+
+
+def anthropic_valid(messages: list[dict[str, Any]]) -> None:
+    """The Messages API's rules: user first, roles alternating, tool results first in their turn and
+    each answering a tool_use of the assistant turn just before, every tool_use answered next."""
+    assert messages[0]["role"] == "user"
+    for before, after in itertools.pairwise(messages):
+        assert before["role"] != after["role"], (before, after)
+    for n, message in enumerate(messages):
+        assert message["role"] in ("user", "assistant")
+        blocks = message["content"] if isinstance(message["content"], list) else []
+        results = [b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"]
+        if results:
+            assert all(b.get("type") == "tool_result" for b in blocks[:len(results)])
+            previous = messages[n - 1]["content"]
+            assert set(results) <= {b["id"] for b in previous if b.get("type") == "tool_use"}
+        if message["role"] == "assistant" and n + 1 < len(messages):
+            uses = {b["id"] for b in blocks if b.get("type") == "tool_use"}
+            following = messages[n + 1]["content"]
+            answered = {b["tool_use_id"] for b in following if isinstance(following, list)
+                        and b.get("type") == "tool_result"} if isinstance(following, list) else set()
+            assert uses <= answered
+
+
+def responses_valid(items: list[dict[str, Any]]) -> None:
+    """Every output answers an earlier call, every call but a trailing one is answered, and each
+    reasoning item is followed by the model output it belongs to."""
+    calls: set[str] = set()
+    answered: set[str] = set()
+    for n, item in enumerate(items):
+        kind = item.get("type")
+        if kind == "function_call":
+            calls.add(item["call_id"])
+        elif kind == "function_call_output":
+            assert item["call_id"] in calls
+            answered.add(item["call_id"])
+        elif kind == "reasoning":
+            assert n + 1 < len(items)
+            assert items[n + 1].get("type") in ("function_call", "message", "reasoning")
+    assert calls == answered
+
+
+def test_detection_reads_the_items() -> None:
+    assert wire_of([{"role": "user", "content": "hi"}]) == "chat"
+    assert wire_of(anthropic_history(1)) == "anthropic"
+    assert wire_of(responses_history(1)) == "responses"
+    assert wire_of([{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]) == "responses"
+    assert wire_of([{"role": "system", "content": "s"}, {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "a", "content": "x"}]}]) == "chat"  # content blocks in chat
+    assert wire_of([{"role": "user", "content": [{"type": "image", "source": {"type": "base64"}}]}]) \
+        == "anthropic"
+    with pytest.raises(compactor.InputError, match="format must be one of"):
+        compactor.compact_messages([{"role": "user", "content": "hi"}], 100, format="gemini")
+
+
+@pytest.mark.parametrize("history", [anthropic_history(2), responses_history(2)],
+                         ids=["anthropic", "responses"])
+def test_a_small_history_comes_back_unchanged(history: list[dict[str, Any]]) -> None:
+    before = copy.deepcopy(history)
+    auto = AutoCompactor(100_000)
+    out = auto.maybe_compact(history)
+    assert out == before and all(a is b for a, b in zip(out, history, strict=True))
+    direct = compactor.compact_messages(history, 100_000)
+    assert json.dumps(list(direct)) == json.dumps(before)
+    assert history == before
+
+
+def test_a_long_anthropic_history_compacts_valid_and_in_its_own_shape() -> None:
+    history = anthropic_history(100)  # past the trigger even with every old output cleared
+    before = copy.deepcopy(history)
+    auto = AutoCompactor(12_000, trigger=6_000, format="anthropic")
+    assert auto.tokens(history) > 6_000
+    out = auto.maybe_compact(history, extra_tokens=300)
+    assert out.report["format"] == "anthropic"
+    assert auto.tokens(out, extra_tokens=300) <= auto.trigger_tokens
+    anthropic_valid(out)
+    summary = [b for m in out if isinstance(m["content"], list) for b in m["content"]
+               if b.get("type") == "text" and b["text"].startswith("[compactor]")]
+    assert len(summary) == 1 and out.summary is not None and summary[0]["text"] == out.summary
+    assert out[0]["role"] == "user" and out[0]["content"][0]["text"].startswith("Please check all my orders")
+    # the turns after the summary's are the last ones of the history, byte for byte
+    assert out[-4:] == history[-4:] and json.dumps(out[-4:]) == json.dumps(history[-4:])
+    assert history == before
+    ids = out.dropped_ids
+    assert ids and "get_order" in json.dumps(auto.expand(ids[:3]))
+
+
+def test_an_anthropic_tool_result_cleared_keeps_its_block() -> None:
+    history = anthropic_history(8)
+    out = compactor.compact_messages(history, 3_000, tiers=("clear",), keep_tool_results=2)
+    assert out.report["format"] == "anthropic" and out.report["tiers"]["clear"]["used"]
+    stubs = [b for m in out if isinstance(m["content"], list) for b in m["content"]
+             if b.get("type") == "tool_result" and str(b["content"]).startswith("[compactor: cleared")]
+    assert [b["tool_use_id"] for b in stubs] == [f"toolu_{i}" for i in range(6)]
+    assert "expand_context(ids=" in stubs[0]["content"] and "get_order output" in stubs[0]["content"]
+    anthropic_valid(out)
+    assert len(out) == len(history)
+
+
+def test_an_anthropic_loop_stays_valid_compaction_after_compaction() -> None:
+    auto = AutoCompactor(10_000, trigger=5_000)
+    messages: list[dict[str, Any]] = anthropic_history(1)
+    for i in range(1, 40):
+        messages = auto.maybe_compact([*messages, *anthropic_history(i + 1)[-4:]], format="anthropic")
+        assert auto.tokens(messages) <= auto.trigger_tokens
+        anthropic_valid(messages)
+    assert auto.compactions >= 2
+
+
+def test_a_long_responses_history_compacts_with_its_items_in_place() -> None:
+    history = responses_history(100)
+    before = copy.deepcopy(history)
+    auto = AutoCompactor(12_000, trigger=6_000)
+    out = auto.maybe_compact(history, extra_tokens=200, format="responses")
+    assert out.report["format"] == "responses" and out.report["opaque_tokens"] > 0
+    assert auto.tokens(out, extra_tokens=200) <= auto.trigger_tokens
+    responses_valid(out)
+    assert history == before
+    # the developer message, the provider's compaction item and the first request lead, as they were
+    assert out[:3] == history[:3]
+    summary = out[3]
+    assert summary["type"] == "message" and summary["role"] == "user"
+    assert summary["content"][0]["type"] == "input_text" and summary["content"][0]["text"] == out.summary
+    # an unknown item is never summarised away: it stays, after the summary that took its neighbours
+    searches = [n for n, item in enumerate(out) if item.get("type") == "web_search_call"]
+    assert len(searches) == 1 and out[searches[0]] == history[history.index(out[searches[0]])]
+    assert searches[0] > 3
+    # what follows the summary is the end of the history, item for item
+    tail = out[-5:]
+    assert tail == history[-5:]
+    for item in out:
+        if item.get("type") in ("reasoning", "function_call", "compaction", "web_search_call"):
+            assert item in history  # kept items are copies of what was read, byte for byte
+
+
+def test_a_responses_output_cleared_keeps_its_call_id() -> None:
+    history = responses_history(8)
+    out = compactor.compact_messages(history, 3_000, tiers=("clear",), keep_tool_results=2)
+    stubs = [item for item in out if item.get("type") == "function_call_output"
+             and item["output"].startswith("[compactor: cleared")]
+    assert [s["call_id"] for s in stubs] == [f"call_{i}" for i in range(6)]
+    assert len(out) == len(history) and [i.get("type") for i in out] == [i.get("type") for i in history]
+    responses_valid(out)
+
+
+def test_a_responses_loop_keeps_its_compaction_item_through_compactions() -> None:
+    auto = AutoCompactor(10_000, trigger=5_000, format="responses")
+    items = responses_history(1)
+    for i in range(1, 40):
+        items = auto.maybe_compact([*items, *responses_history(i + 1)[-5:]])
+        assert auto.tokens(items) <= auto.trigger_tokens
+        responses_valid(items)
+        assert sum(1 for item in items if item.get("type") == "compaction") == 1
+    assert auto.compactions >= 2
+
+
+def test_tokens_count_what_each_format_carries() -> None:
+    plain = {"role": "assistant", "content": [{"type": "text", "text": "Done."}]}
+    thinking = {"role": "assistant", "content": [{"type": "thinking", "thinking": "word " * 100},
+                                                 {"type": "text", "text": "Done."}]}
+    costs = [message_tokens(m, COUNTER) for m in read_messages([plain, thinking])]
+    assert costs[1] >= costs[0] + 100
+    translation = to_chat(responses_history(1), "responses", COUNTER)
+    assert [item["type"] for _, item in translation.opaque] == ["compaction", "web_search_call"]
+    assert translation.opaque_tokens >= 366 // 3  # the encrypted payload, estimated on the high side
+    assert [m["role"] for m in translation.messages] == ["developer", "user", "assistant", "tool", "assistant",
+                                                        "user"]
