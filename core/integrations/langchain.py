@@ -22,15 +22,21 @@ Needs the extra: `pip install "compactor[langchain]"` (langchain, langchain-core
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import hashlib
+import inspect
 import json
+import re
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.structured_output import AutoStrategy, ToolStrategy
+from langchain.chat_models import init_chat_model
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.messages import (
@@ -52,16 +58,20 @@ from pydantic import ConfigDict, Field, PrivateAttr
 
 from compactor.apps.auto import AutoCompactor, AutoCounters
 from compactor.apps.common import llm_mapping, pipeline_for
-from compactor.apps.conversation import CompactedMessages, count_message_tokens
+from compactor.apps.conversation import CompactedMessages, compact_messages, count_message_tokens
 from compactor.apps.overflow import compact_for_retry, is_context_overflow
 from compactor.apps.pins import pin_slots
 from compactor.apps.tools import EXPAND_TOOL, EXPAND_TOOL_NAME
+from compactor.components import unknown_parameter
 from compactor.document import Context, Segment, Source
-from compactor.errors import CompactorError
+from compactor.errors import CompactorError, InputError
 from compactor.formats.clearing import REDUCED_MARK, STUB_MARK
 from compactor.formats.compaction import same_turn
-from compactor.formats.messages import TOKENS_PER_REPLY, read_messages, to_dict
+from compactor.formats.messages import TOKENS_PER_REPLY, messages_tokens, read_messages, to_dict, units
 from compactor.store import Batch, open_store
+from compactor.text.sentences import split_sentences
+from compactor.text.spans import GAP_MARK
+from compactor.text.terms import terms
 
 try:  # LangChain versions whose wrap_model_call can return a state update with the response
     from langchain.agents.middleware import ExtendedModelResponse
@@ -81,6 +91,30 @@ _COPY = "~compactor-"
 _TIER_MARKS = (STUB_MARK, REDUCED_MARK)
 _SUMMARY, _PIN = "summary", "pin"  # what a message of a compaction stands for, when not a kept one
 
+#: LangChain's context sizes (`SummarizationMiddleware`'s `trigger` and `keep`).
+ContextSize = tuple[Literal["tokens", "fraction", "messages"], int | float]
+#: SummarizationMiddleware's error for a fraction without a model profile, word for word.
+PROFILE_NEEDED = ("Model profile information is required to use fractional token limits, "
+                  "and is unavailable for the specified model. Please use absolute token "
+                  "counts instead, or pass "
+                  '`\n\nChatModel(..., profile={"max_input_tokens": ...})`.\n\n'
+                  "with a desired integer value of the model's maximum input tokens.")
+_SKIPPED = {"self", "options", "messages", "budget", "store", "session", "fit", "restore"}
+#: The keywords an `AutoCompactor` takes: its own and those it passes to `compact_messages`.
+AUTO_KEYWORDS = frozenset(
+    name for fn in (AutoCompactor.__init__, compact_messages)
+    for name in inspect.signature(fn).parameters if name not in _SKIPPED) | {"store", "session"}
+_MIDDLEWARE_KEYWORDS = frozenset({"model", "trigger", "keep", "token_counter", "window", "auto"})
+_BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+")
+
+
+def check_keywords(face: str, given: Mapping[str, Any], allowed: frozenset[str]) -> None:
+    """Refuse a keyword `face` does not take, at construction (not at the first compaction), with
+    the closest name it does take."""
+    for key in given:
+        if key not in allowed:
+            raise InputError(unknown_parameter(face, key, sorted(allowed)))
+
 
 # -- retrievers -------------------------------------------------------------------------------------
 
@@ -90,11 +124,15 @@ class CompactorCompressor(BaseDocumentCompressor):
     retrieved documents, within `budget` tokens for all of them together.
 
     Each document becomes a compactor `Source` (url from `metadata["source"]` or `["url"]`, title
-    from `["title"]`); each returned Document is the kept text of one of them, in retrieval order,
-    with its metadata and id unchanged plus `compactor_source_id`, `compactor_chunk_ids` (the ids of
-    the chunks the text was cut from) and `compactor_tokens`. A document with nothing kept is left
-    out. With `store` (a path or a `ChunkStore`), every chunk is written to it under `session`, so
-    `compactor.expand(ids, store)` returns the full text around what was kept.
+    from `["title"]`); each returned Document is the kept text of one of them and only of that
+    one, in retrieval order, with its metadata and id unchanged plus `compactor_source_id`,
+    `compactor_chunk_ids` (the ids of the chunks the text was cut from) and `compactor_tokens`.
+    A pipeline whose output mixes sources (topics, a search report) is split back by source: each
+    line goes to the document it was taken from (a line read in no document is left out). The
+    smallest unit kept is a whole sentence: a word window a budget cut out of a sentence is left
+    out, and so is a document left with no content word. With `store` (a path or a `ChunkStore`),
+    every chunk is written to it under `session`, so `compactor.expand(ids, store)` returns the
+    full text around what was kept. An unknown keyword is an `InputError` naming the closest one.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -112,6 +150,10 @@ class CompactorCompressor(BaseDocumentCompressor):
     session: str = "langchain-retriever"
 
     _runner: Any = PrivateAttr(default=None)
+
+    def __init__(self, **data: Any) -> None:
+        check_keywords("CompactorCompressor", data, frozenset(type(self).model_fields))
+        super().__init__(**data)
 
     def model_post_init(self, context: Any, /) -> None:
         self._runner = pipeline_for(self.pipeline, self.plugins)  # a bad name fails here, not mid-query
@@ -138,26 +180,115 @@ class CompactorCompressor(BaseDocumentCompressor):
             self.store.commit_batch(self.session, Batch(
                 sources=result.sources, chunks=result.chunks,
                 report={"kind": "langchain-retriever", "query": query}))
-        kept: dict[int, list[Segment]] = {}
+        kept: dict[str, list[Kept]] = {}
         for segment in result.segments:
-            owner = first.get(_segment_source(segment, result) or "")
-            if owner is not None:
-                kept.setdefault(owner, []).append(segment)
-        if not kept and result.output:  # a pipeline whose segments cross sources (topics, summaries)
-            return [Document(page_content=result.output,
-                             metadata={SOURCE_KEY: [s.id for s in sources],
-                                       CHUNKS_KEY: [c for s in result.segments for c in s.chunk_ids],
-                                       TOKENS_KEY: result.output_tokens})]
+            for piece in attributed(segment, result):
+                kept.setdefault(piece.source_id, []).append(piece)
         out: list[Document] = []
         counter = self._runner.counter
-        for i in sorted(kept):
-            doc, segments = documents[i], kept[i]
-            text = "\n\n".join(s.text for s in segments)
-            metadata = {**doc.metadata, SOURCE_KEY: _segment_source(segments[0], result),
-                        CHUNKS_KEY: [c for s in segments for c in s.chunk_ids],
+        for source_id in sorted(kept, key=lambda sid: first.get(sid, len(documents))):
+            if source_id not in first:
+                continue
+            doc, pieces = documents[first[source_id]], kept[source_id]
+            text = _joined(pieces)
+            if not terms(text):
+                continue  # nothing that could answer anything: no content word
+            chunk_ids = list(dict.fromkeys(c for p in pieces for c in p.chunk_ids))
+            metadata = {**doc.metadata, SOURCE_KEY: source_id, CHUNKS_KEY: chunk_ids,
                         TOKENS_KEY: counter.count(text)}
             out.append(Document(page_content=text, metadata=metadata, id=doc.id))
         return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Kept:
+    """A piece of kept text and the one source it was read from (`gap`: not next to the piece
+    before it in the source, so a gap mark goes between them; `line`: a line of a mixed output)."""
+
+    source_id: str
+    text: str
+    chunk_ids: tuple[str, ...]
+    gap: bool = True
+    line: bool = False
+
+
+def attributed(segment: Segment, result: Context) -> list[Kept]:
+    """The pieces of a segment, each with the one source it came from: its verbatim spans trimmed
+    to whole sentences, or (a segment without spans, written across sources) its lines, each
+    credited to the source holding it, else to the chunk of the segment sharing most of its words;
+    a line read in none is left out."""
+    owners = {c.id: c.source_id for c in result.chunks}
+    if segment.spans:
+        pieces = []
+        for source_id, start, end in segment.spans:
+            text = _whole_sentences(result.source(source_id).text, start, end)
+            if text:
+                chunk_ids = tuple(c for c in segment.chunk_ids if owners.get(c) == source_id)
+                pieces.append(Kept(source_id, text, chunk_ids))
+        return pieces
+    mine = {owners[c] for c in segment.chunk_ids if c in owners}
+    if segment.source_id and mine <= {segment.source_id}:
+        return [Kept(segment.source_id, segment.text, segment.chunk_ids)]
+    texts = {s.id: " ".join(s.text.split()) for s in result.sources}
+    chunks = [c for c in result.chunks if c.id in set(segment.chunk_ids)] or list(result.chunks)
+    pieces = []
+    for line in segment.text.splitlines():
+        body = _BULLET.sub("", line).strip()
+        if not terms(body):
+            continue
+        flat = " ".join(body.split())
+        found = next((sid for sid in [*sorted(mine), *texts] if flat in texts.get(sid, "")), None)
+        ids: tuple[str, ...] = ()
+        if found is None:  # rewritten: the chunk sharing most of its words, when most are shared
+            words = set(terms(body))
+            best = max(chunks, key=lambda c: len(words & set(terms(c.text))), default=None)
+            if best is None or 2 * len(words & set(terms(best.text))) < len(words):
+                continue
+            found, ids = best.source_id, (best.id,)
+        else:
+            ids = tuple(c.id for c in chunks if c.source_id == found and flat in " ".join(c.text.split()))
+        pieces.append(Kept(found, line.strip(), ids, line=True))
+    return pieces
+
+
+def _whole_sentences(text: str, start: int, end: int) -> str:
+    """The whole sentences of `text` inside [start, end) (a kept span a budget cut mid-sentence
+    loses the cut sentence: a fragment answers nothing)."""
+    inside = [(a, b) for a, b in _sentences(text) if a >= start - _slack(text, a, start)
+              and b <= end + _slack(text, end, b)]
+    if not inside:
+        return ""
+    return text[inside[0][0]:inside[-1][1]].strip()
+
+
+def _slack(text: str, a: int, b: int) -> int:
+    """How far [a, b) is whitespace only (a kept span is stripped of the spaces around it)."""
+    return b - a if a <= b and not text[a:b].strip() else 0
+
+
+_SENTENCES: dict[int, tuple[str, list[tuple[int, int]]]] = {}
+
+
+def _sentences(text: str) -> list[tuple[int, int]]:
+    """Sentence spans of a source's text (the last few texts remembered: one result asks often)."""
+    found = _SENTENCES.get(id(text))
+    if found is not None and found[0] is text:
+        return found[1]
+    spans = split_sentences(text)
+    if len(_SENTENCES) > 64:
+        _SENTENCES.clear()
+    _SENTENCES[id(text)] = (text, spans)
+    return spans
+
+
+def _joined(pieces: Sequence[Kept]) -> str:
+    """A document's pieces: lines of a mixed output one per line, spans with a gap mark between."""
+    out = ""
+    for n, piece in enumerate(pieces):
+        if n:
+            out += "\n" if piece.line and pieces[n - 1].line else GAP_MARK
+        out += piece.text
+    return out
 
 
 def document_source(doc: Document) -> Source:
@@ -169,24 +300,24 @@ def document_source(doc: Document) -> Source:
                             title=str(title) if title else None)
 
 
-def _segment_source(segment: Segment, result: Context) -> str | None:
-    """The source a segment's text came from: its own, else its first chunk's."""
-    if segment.source_id:
-        return segment.source_id
-    owners = {c.id: c.source_id for c in result.chunks}
-    return next((owners[c] for c in segment.chunk_ids if c in owners), None)
-
-
 # -- agents -----------------------------------------------------------------------------------------
 
 
 class CompactorMiddleware(AutoCounters, AgentMiddleware):
     """Compacts the agent's messages before a model call once they pass the trigger.
 
-    Takes `AutoCompactor`'s settings (`window`, `reserve` or `trigger`, `target`, `keep_last`,
-    `tools_tokens`, `store`, `session`, `pipeline`, `plugins`, `llm`, `query`, ...) or a ready
-    `auto=`. The state's messages are measured as OpenAI messages; the agent's system prompt and
-    tool schemas are not in the state, so the middleware measures them on each model request
+    Takes `SummarizationMiddleware`'s configuration: `model` (a chat model, or a "provider:name"
+    string for `init_chat_model`) whose profile's `max_input_tokens` is the window;
+    `trigger=("tokens", 6000)`, `("fraction", 0.75)`, `("messages", 50)`, a dict of them (all
+    met) or a list (any one met); `keep=("messages", 6)`, `("tokens", N)` or `("fraction", f)`:
+    the last turns kept verbatim after the summary, whole tool calls with their results (at least
+    that many messages, within that many tokens); `token_counter`: counts the state's messages for
+    the trigger. The summary is compactor's (rules, or `llm=`), never a call to `model`.
+    It also takes `AutoCompactor`'s settings (`window`, `reserve` or `trigger` as tokens or a
+    fraction, `target`, `keep_last`, `tools_tokens`, `store`, `session`, `pipeline`, `plugins`,
+    `llm`, `query`, ...) or a ready `auto=`; an unknown keyword is an `InputError` naming the
+    closest one. The state's messages are measured as OpenAI messages; the agent's system prompt
+    and tool schemas are not in the state, so the middleware measures them on each model request
     (`wrap_model_call`) and counts them against the trigger from the next check on (the larger of
     that and `tools_tokens`); before the first request, only `tools_tokens` counts.
     Past the trigger the state's messages are replaced by the compacted list (`rebuild`), which is
@@ -195,7 +326,8 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
     kept without its results; a ToolMessage whose output a tier cleared or reduced, or that a
     summary brought back from its stub, is a copy with that text; pins (`pin=`) go in once after
     every compaction. `tools` holds the `expand_context` tool (create_agent offers it to the
-    model); `compactions`, `tokens_saved` and `stats()` count.
+    model); `compactions`, `tokens_saved` and `stats()` count. The async hooks run the
+    compaction in a worker thread, so the event loop is never blocked.
 
     When the model call raises a context-length error (`is_context_overflow`: the provider's
     exception, as LangChain chat models raise it) the request's messages are compacted
@@ -205,14 +337,43 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
     state's own messages), so the next calls start from it rather than overflowing again.
     """
 
-    def __init__(self, window: int | None = None, *, auto: AutoCompactor | None = None,
-                 **settings: Any) -> None:
-        if auto is None:
+    def __init__(self, model: Any = None, *, trigger: Any = None, keep: ContextSize | None = None,
+                 token_counter: Callable[[Sequence[BaseMessage]], int] | None = None,
+                 window: int | None = None, auto: AutoCompactor | None = None, **settings: Any) -> None:
+        if isinstance(model, int) and not isinstance(model, bool):  # CompactorMiddleware(128_000)
+            if window is not None:
+                raise TypeError("give the window once: CompactorMiddleware(window=...)")
+            model, window = None, model
+        check_keywords("CompactorMiddleware", settings, AUTO_KEYWORDS | _MIDDLEWARE_KEYWORDS)
+        chat_model = init_chat_model(model) if isinstance(model, str) else model
+        self.model = chat_model
+        self.token_counter = token_counter
+        self.keep = None if keep is None else validate_context_size(keep, "keep")
+        self.clauses = trigger_clauses(trigger)  # None: the AutoCompactor's own trigger (tokens)
+        if auto is not None:
+            if window is not None or settings or model is not None or self.clauses is not None \
+                    or keep is not None:
+                raise TypeError("give auto= or AutoCompactor settings, not both")
+        else:
+            if keep is not None and "keep_last" in settings:
+                raise TypeError("give keep= (LangChain's form) or keep_last= (turns), not both")
+            window = window if window is not None else profile_window(chat_model)
+            if self.clauses is not None or (self.keep is not None and self.keep[0] == "fraction"):
+                fractions = any("fraction" in c for c in self.clauses or ()) or (
+                    self.keep is not None and self.keep[0] == "fraction")
+                if fractions and window is None:
+                    raise ValueError(PROFILE_NEEDED)
+                tokens = [int(c["tokens"]) for c in self.clauses or () if "tokens" in c]
+                if window is None and tokens:
+                    window = max(tokens)  # no model or window: the largest token threshold
             if window is None:
-                raise TypeError("CompactorMiddleware needs window= (tokens) or auto= (an AutoCompactor)")
+                raise TypeError("CompactorMiddleware needs window= (tokens), model= (a chat model with "
+                                "a profile), a (\"tokens\", N) trigger, or auto= (an AutoCompactor)")
+            if self.clauses is not None:
+                settings["trigger"] = clause_tokens(self.clauses, window)
+            elif trigger is not None:
+                settings["trigger"] = trigger
             auto = AutoCompactor(window, **{"remember": False, **settings})  # the state is replaced
-        elif window is not None or settings:
-            raise TypeError("give auto= or AutoCompactor settings, not both")
         self.auto = auto
         self.expand_tool = expand_tool(auto)
         self.tools: Sequence[BaseTool] = [self.expand_tool]
@@ -223,37 +384,68 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
     def __repr__(self) -> str:
         return f"CompactorMiddleware({self.auto!r})"
 
-
     def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """The state update replacing the messages when they passed the trigger, else None."""
         messages = list(state["messages"])
         if not messages:
             return None
         dicts, owners = openai_messages(messages)
+        # measured with the pins an earlier compaction put in (they are sent), compacted without
+        # them: the compaction puts them in again as they read now, and its report's indices are
+        # those of the list it was given
+        before = self.auto.tokens(dicts)
+        self.auto.checks += 1
+        if not self._due(messages, before):
+            return None
         unpinned = [m for m in messages if not is_pin(m)]
-        if len(unpinned) == len(messages):
-            compacted = self.auto.maybe_compact(dicts)
-        else:
-            # measured with the pins an earlier compaction put in (they are sent), compacted without
-            # them: the compaction puts them in again as they read now, and its report's indices
-            # are those of the list it was given
-            before = self.auto.tokens(dicts)
-            self.auto.checks += 1
-            if before <= self.auto.trigger_tokens:
-                return None
+        if len(unpinned) < len(messages):
             messages = unpinned
             dicts, owners = openai_messages(messages)
-            compacted = self.auto.compact(dicts, tokens_before=before)
-        if not isinstance(compacted, CompactedMessages):
-            return None
+        # met by a message count or the caller's counter while under the compactor's own trigger:
+        # the summary alone, to half the size (the target would leave such a history as it is)
+        summary_only = before <= self.auto.trigger_tokens
+        turns, tail = kept_turns(self.keep, dicts, self.auto) if self.keep is not None else (None, 0)
+        # (the kept turns take at most half of a compaction's budget)
+        budget = max(1, min(self.auto.target_tokens, before - 1, max(before // 2, 2 * tail + 200))) \
+            if summary_only else None
+        with self._settings(turns, summary_only):
+            compacted = self.auto.compact(dicts, tokens_before=before, budget=budget)
         if compacted.summary is None and not compacted.report.get("replaced"):
             return None  # the cheap tiers changed nothing
         return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES),
                              *rebuild(messages, dicts, owners, compacted)]}
 
     async def abefore_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """As `before_model` (compaction is local CPU work, milliseconds to a second)."""
-        return self.before_model(state, runtime)
+        """As `before_model`, in a worker thread: the event loop goes on while it compacts."""
+        return await asyncio.to_thread(self.before_model, state, runtime)
+
+    def _due(self, messages: Sequence[BaseMessage], tokens: int) -> bool:
+        """Whether the trigger is met: past the compactor's trigger (`tokens`, overhead included),
+        or, with LangChain's clauses, any clause whose every threshold is reached (tokens by
+        `token_counter` when given, plus the overhead outside the state)."""
+        if self.clauses is None:
+            return tokens > self.auto.trigger_tokens
+        if self.token_counter is not None:
+            tokens = int(self.token_counter(list(messages))) + self.auto.tools_tokens
+        return any(clause_met(clause, len(messages), tokens, self.auto.window) for clause in self.clauses)
+
+    @contextlib.contextmanager
+    def _settings(self, keep_last: int | None, summary_only: bool) -> Iterator[None]:
+        """The compaction's settings for this call: with `keep=`, the last turns that hold it; when
+        a clause other than the compactor's token count was met (a message count, the caller's
+        `token_counter`), the summary alone (clearing outputs shortens no message list)."""
+        changes: dict[str, Any] = {}
+        if keep_last is not None:
+            changes["keep_last"] = keep_last
+        if summary_only:
+            changes["tiers"] = ("summary",)
+        options = self.auto._options  # read at each compaction: set for this one, then set back
+        saved = {key: options.get(key) for key in changes}
+        options.update(changes)
+        try:
+            yield
+        finally:
+            options.update(saved)
 
     def wrap_model_call(self, request: ModelRequest[Any],
                         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
@@ -341,6 +533,111 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
         if self.auto.tools_tokens != counted:  # learned once while the agent's prompt and tools stay
             self.auto.tools_tokens = counted
         return counted
+
+
+def validate_context_size(context: Any, name: str) -> ContextSize:
+    """A `("tokens" | "fraction" | "messages", value)` tuple, checked as SummarizationMiddleware
+    checks it (same messages)."""
+    if not isinstance(context, tuple) or len(context) != 2:
+        raise ValueError(f"{name} must be a (kind, value) tuple such as (\"tokens\", 6000), "
+                         f"(\"fraction\", 0.75) or (\"messages\", 50), not {context!r}")
+    kind, value = context
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} value must be a number, got {value!r}")
+    if kind == "fraction":
+        if not 0 < value <= 1:
+            raise ValueError(f"Fractional {name} values must be between 0 and 1, got {value}.")
+    elif kind in {"tokens", "messages"}:
+        if not isinstance(value, int):
+            raise ValueError(f"{kind} {name} values must be integers, got {value!r}")
+        if value <= 0:
+            raise ValueError(f"{name} thresholds must be greater than 0, got {value}.")
+    else:
+        raise ValueError(f"Unsupported context size type {kind} for {name}.")
+    return cast(ContextSize, (kind, value))
+
+
+def trigger_clauses(trigger: Any) -> list[dict[str, int | float]] | None:
+    """LangChain's trigger as clauses (every threshold of a clause met: AND; any clause: OR), or
+    None for the compactor's own form (tokens, or a fraction of the window, or nothing)."""
+    if trigger is None or isinstance(trigger, int | float):
+        return None
+
+    def clause(item: Any) -> dict[str, int | float]:
+        if isinstance(item, tuple):
+            kind, value = validate_context_size(item, "trigger")
+            return {kind: value}
+        if isinstance(item, Mapping):
+            if not item:
+                raise ValueError("trigger clause must specify at least one of 'tokens', 'messages', "
+                                 "'fraction'")
+            for kind, value in item.items():
+                if kind not in {"tokens", "messages", "fraction"}:
+                    raise ValueError(f"Unsupported trigger metric: {kind!r}")
+                validate_context_size((kind, value), "trigger")
+            return dict(item)
+        raise TypeError(f"Unsupported trigger item type: {type(item)}")
+
+    if isinstance(trigger, list):
+        if not trigger:
+            raise ValueError("trigger must hold at least one condition")
+        return [clause(item) for item in trigger]
+    if isinstance(trigger, tuple | Mapping):
+        return [clause(trigger)]
+    raise TypeError(f"Unsupported trigger type: {type(trigger)}")
+
+
+def clause_tokens(clauses: Sequence[Mapping[str, int | float]], window: int) -> int:
+    """The fewest tokens at which a clause can be met: the compactor's trigger, from which its
+    target and the room of a compaction follow (80% of the window for message counts alone)."""
+    levels = []
+    for clause in clauses:
+        needed = [int(v) if k == "tokens" else max(1, int(window * v)) for k, v in clause.items()
+                  if k in ("tokens", "fraction")]
+        if needed:
+            levels.append(max(needed))
+    return max(1, min(window, min(levels) if levels else int(window * 0.8)))
+
+
+def clause_met(clause: Mapping[str, int | float], messages: int, tokens: int, window: int) -> bool:
+    """Whether every threshold of a clause is reached (LangChain's "reaches or exceeds")."""
+    for kind, value in clause.items():
+        if kind == "messages" and messages < value:
+            return False
+        if kind == "tokens" and tokens < value:
+            return False
+        if kind == "fraction" and tokens < max(1, int(window * value)):
+            return False
+    return True
+
+
+def profile_window(model: Any) -> int | None:
+    """The model's `profile["max_input_tokens"]` (langchain-core 1.x chat models), or None."""
+    profile = getattr(model, "profile", None) if model is not None else None
+    value = profile.get("max_input_tokens") if isinstance(profile, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def kept_turns(keep: ContextSize, dicts: Sequence[dict[str, Any]], auto: AutoCompactor) -> tuple[int, int]:
+    """The compaction's `keep_last` (turns, a tool call with its results being one) for LangChain's
+    `keep`: the fewest last turns holding that many messages, or the most whose tokens fit that
+    many tokens (a share of the window for a fraction); at least one. And their tokens."""
+    parsed = read_messages(list(dicts))
+    tiles = units(parsed)
+    kind, value = keep
+    turns = held = tokens = 0
+    limit = int(value) if kind == "tokens" else max(1, int(auto.window * value))
+    for tile in reversed(tiles):
+        cost = messages_tokens(parsed[tile.start:tile.end], auto.counter) - TOKENS_PER_REPLY
+        if kind == "messages":
+            if held >= value:
+                break
+            held += tile.end - tile.start
+        elif turns and tokens + cost > limit:
+            break
+        tokens += cost
+        turns += 1
+    return max(1, turns), tokens
 
 
 def response_format_schemas(response_format: Any) -> list[dict[str, Any]]:

@@ -473,3 +473,195 @@ def test_rebuild_copies_what_a_tier_changed_and_refuses_another_list() -> None:
     shifted = [HumanMessage("first", id="x"), *messages]
     with pytest.raises(compactor.CompactorError, match="does not line up"):
         rebuild(shifted, *openai_messages(shifted), cleared)
+
+
+# -- LangChain's own conventions ----------------------------------------------------------------------
+
+
+def _profiled(window: int | None = 8000) -> ToolCallingFakeModel:
+    """A fake chat model whose profile gives the window (as langchain-core 1.x chat models do)."""
+    profile = None if window is None else {"max_input_tokens": window}
+    return ToolCallingFakeModel(messages=iter([]), profile=profile)
+
+
+def _chat(turns: int) -> list[BaseMessage]:
+    messages: list[BaseMessage] = [HumanMessage("Check every order and refund the pending ones.", id="m0")]
+    for i in range(turns):
+        call = {"name": "get_order", "args": {"order_id": ORDERS[i % 16]}, "id": f"c{i}"}
+        messages += [AIMessage(f"Checking {ORDERS[i % 16]}.", tool_calls=[call], id=f"a{i}"),
+                     ToolMessage(get_order.invoke({"order_id": ORDERS[i % 16]}), tool_call_id=f"c{i}",
+                                 id=f"t{i}")]
+    return messages
+
+
+def test_the_middleware_takes_summarization_middlewares_forms_and_the_models_window() -> None:
+    fraction = CompactorMiddleware(model=_profiled(8000), trigger=("fraction", 0.75), keep=("messages", 6))
+    assert fraction.auto.window == 8000 and fraction.auto.trigger_tokens == 6000
+    either = CompactorMiddleware(_profiled(10_000), trigger=[("tokens", 6000), ("messages", 50)])
+    assert either.auto.window == 10_000 and either.auto.trigger_tokens == 6000
+    both = CompactorMiddleware(window=9000, trigger={"tokens": 3000, "messages": 10})
+    assert both.clauses == [{"tokens": 3000, "messages": 10}] and both.auto.trigger_tokens == 3000
+    bare = CompactorMiddleware(trigger=("tokens", 6000))  # no model, no window: the threshold is the window
+    assert bare.auto.window == 6000 and bare.auto.trigger_tokens == 6000
+    assert CompactorMiddleware(window=8000, trigger=0.5).auto.trigger_tokens == 4000  # the compactor's forms
+    # SummarizationMiddleware's checks and messages
+    with pytest.raises(ValueError, match="Model profile information is required"):
+        CompactorMiddleware(_profiled(None), trigger=("fraction", 0.8))
+    with pytest.raises(ValueError, match="Model profile information is required"):
+        CompactorMiddleware(trigger=("tokens", 5000), keep=("fraction", 0.2))
+    with pytest.raises(ValueError, match="thresholds must be greater than 0"):
+        CompactorMiddleware(window=8000, keep=("messages", 0))
+    with pytest.raises(ValueError, match="Fractional trigger values must be between 0 and 1"):
+        CompactorMiddleware(window=8000, trigger=("fraction", 1.5))
+    with pytest.raises(ValueError, match="Unsupported context size type turns for keep"):
+        CompactorMiddleware(window=8000, keep=("turns", 3))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Unsupported trigger metric"):
+        CompactorMiddleware(window=8000, trigger={"tokenz": 10})
+    with pytest.raises(TypeError, match=r"keep= .* or keep_last="):
+        CompactorMiddleware(window=8000, keep=("messages", 4), keep_last=2)
+
+
+def test_a_model_string_is_read_with_init_chat_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    import compactor.integrations.langchain as module
+
+    asked: list[str] = []
+
+    def fake_init(name: str, **kwargs: Any) -> Any:
+        asked.append(name)
+        return _profiled(32_000)
+
+    monkeypatch.setattr(module, "init_chat_model", fake_init)
+    middleware = CompactorMiddleware("openai:gpt-4.1-mini", trigger=("fraction", 0.5))
+    assert asked == ["openai:gpt-4.1-mini"] and middleware.auto.window == 32_000
+    assert middleware.auto.trigger_tokens == 16_000
+
+
+def test_a_messages_trigger_and_keep_messages_keep_the_last_messages_whole() -> None:
+    middleware = CompactorMiddleware(window=100_000, trigger=("messages", 12), keep=("messages", 5))
+    short = {"messages": _chat(5)}  # 11 messages: under the trigger whatever their tokens
+    assert middleware.before_model(short, None) is None  # type: ignore[arg-type]
+    messages = _chat(8)  # 17 messages
+    update = middleware.before_model({"messages": messages}, None)  # type: ignore[arg-type]
+    assert update is not None and middleware.compactions == 1
+    sent = update["messages"][1:]
+    # at least the last 5 messages, whole tool calls with their results: the last three turns
+    assert sent[-6:] == messages[-6:] and all(a is b for a, b in zip(sent[-6:], messages[-6:], strict=True))
+    assert messages[-7] not in sent and any(is_summary(m) for m in sent)
+    _check_history(sent)
+
+
+def test_keep_tokens_and_a_token_counter_decide_as_langchain_does() -> None:
+    counted: list[int] = []
+
+    def per_message(messages: Sequence[Any]) -> int:  # the caller's own count: 1000 a message
+        counted.append(len(messages))
+        return 1000 * len(messages)
+
+    middleware = CompactorMiddleware(window=100_000, trigger=("tokens", 15_000), keep=("tokens", 1500),
+                                     token_counter=per_message)
+    assert middleware.before_model({"messages": _chat(6)}, None) is None  # type: ignore[arg-type]
+    messages = _chat(7)  # 15 messages: 15,000 by its count, a few thousand by compactor's
+    update = middleware.before_model({"messages": messages}, None)  # type: ignore[arg-type]
+    assert counted == [13, 15] and update is not None
+    sent = update["messages"][1:]
+    counter = compactor.get_counter("cl100k_base")
+    tail = [m for m in sent if m in messages[1:]]
+    kept_tokens = compactor.count_message_tokens(convert_to_openai_messages(tail)) - TOKENS_PER_REPLY
+    turn = compactor.count_message_tokens(convert_to_openai_messages(messages[-2:])) - TOKENS_PER_REPLY
+    assert tail == messages[-len(tail):] and len(tail) >= 2
+    assert kept_tokens <= 1500 or len(tail) == 2, (kept_tokens, turn, counter)
+
+
+def test_an_agent_under_a_tokens_trigger_keeps_every_later_request_under_it() -> None:
+    middleware = CompactorMiddleware(model=_profiled(6000), trigger=("tokens", 2600), keep=("messages", 4))
+    sizes: list[int] = []
+
+    def check(messages: list[BaseMessage]) -> None:
+        _check_history(messages)
+        sizes.append(compactor.count_message_tokens(convert_to_openai_messages(messages)))
+
+    model = ToolCallingFakeModel(messages=iter([]), check=check)
+    model.messages = _script(model, {})
+    agent = create_agent(model, tools=[get_order, search_catalog], system_prompt=SYSTEM,
+                         middleware=[middleware])
+    asyncio.run(agent.ainvoke({"messages": [HumanMessage("Check orders " + ", ".join(ORDERS))]},
+                              {"recursion_limit": 200}))
+    schemas = middleware.request_overhead - (compactor.count_message_tokens(
+        [{"role": "system", "content": SYSTEM}]) - TOKENS_PER_REPLY)
+    assert middleware.compactions >= 2 and max(sizes) + schemas > 2000
+    assert all(size + schemas < 2600 for size in sizes[1:]), (sizes, schemas)
+
+
+def test_every_face_refuses_an_unknown_keyword_at_construction() -> None:
+    with pytest.raises(compactor.InputError, match=r"CompactorMiddleware has no parameter 'keep_lst'\. "
+                                                   r"Did you mean 'keep_last'"):
+        CompactorMiddleware(window=8000, keep_lst=6)
+    with pytest.raises(compactor.InputError, match="Did you mean 'token_counter'"):
+        CompactorMiddleware(window=8000, token_count=len)
+    with pytest.raises(compactor.InputError, match=r"CompactorCompressor has no parameter 'budgett'\. "
+                                                   r"Did you mean 'budget'"):
+        CompactorCompressor(budgett=100)
+    assert CompactorMiddleware(window=8000, keep_last=6, exclude_tools=["x"]).auto.window == 8000
+
+
+def test_the_async_hook_compacts_in_a_worker_thread() -> None:
+    import threading
+
+    threads: list[int] = []
+
+    def counting(messages: Sequence[Any]) -> int:
+        threads.append(threading.get_ident())
+        return 10_000
+
+    middleware = CompactorMiddleware(window=100_000, trigger=("tokens", 5000), token_counter=counting)
+
+    async def run() -> tuple[int, Any]:
+        return threading.get_ident(), await middleware.abefore_model({"messages": _chat(6)}, None)  # type: ignore[arg-type]
+
+    loop_thread, update = asyncio.run(run())
+    assert update is not None and threads and loop_thread not in threads
+
+
+def test_each_document_holds_only_its_own_sources_text_and_metadata() -> None:
+    pages = [Document(f"Page {p}: the {w} policy says items ship in {p + 2} days. Returns for {w} goods "
+                      f"take {p + 5} days. Contact {w}@shop.example for help with {w} orders. " * 3,
+                      metadata={"url": f"https://shop.example/{w}", "title": w.title()}, id=w)
+             for p, w in enumerate(["garden", "kitchen", "toys"])]
+    by_id = {d.id: d for d in pages}
+    for pipeline in ("topics", "deep-search", "qa", "generic"):
+        kept = CompactorCompressor(pipeline=pipeline, budget=80).compress_documents(
+            pages, "how long do returns take?")
+        assert kept, pipeline
+        assert len({d.id for d in kept}) == len(kept)  # one Document per source
+        for doc in kept:
+            original = by_id[doc.id]
+            assert doc.metadata["url"] == original.metadata["url"]
+            assert doc.metadata[SOURCE_KEY] == document_source(original).id
+            others = [w for w in by_id if w != doc.id]
+            assert not any(w in doc.page_content for w in others), (pipeline, doc)
+            for line in doc.page_content.replace("[…]", "\n").splitlines():
+                body = line.lstrip("- ").strip()
+                assert not body or body in " ".join(original.page_content.split()), (pipeline, line)
+        if pipeline in ("topics", "deep-search"):
+            assert {d.id for d in kept} == set(by_id)  # the returns line of every page, each in its own
+
+
+def test_no_document_is_a_fragment_of_a_sentence() -> None:
+    # the qa selection fills a budget with a window of words cut out of a sentence too long for
+    # the room left ("The kitchen policy says"): the compressor keeps whole sentences only
+    docs = [Document("Refunds are accepted within 30 days of delivery when the item is unused. "
+                     "Refunds go back to the original payment method within 5 business days.",
+                     metadata={"source": "refunds.md"}, id="r"),
+            Document("The warehouse in Leeds ships every parcel with a tracking number that the customer "
+                     "receives by email as soon as the carrier scans the parcel at the depot. " * 3,
+                     metadata={"source": "shipping.md"}, id="s")]
+    for budget in (20, 30, 45, 60):
+        kept = CompactorCompressor(budget=budget).compress_documents(docs, "How long do refunds take?")
+        for doc in kept:
+            text = doc.page_content.replace("[…]", " ")
+            assert text.rstrip().endswith("."), (budget, doc.page_content)
+            sentences = [s.strip() + "." for s in text.split(".") if s.strip()]
+            assert all(s in docs[0 if doc.id == "r" else 1].page_content for s in sentences)
+            assert doc.metadata[TOKENS_KEY] >= 5
+        assert sum(d.metadata[TOKENS_KEY] for d in kept) <= budget
+    assert [d.id for d in CompactorCompressor(budget=30).compress_documents(docs, "refund days")] == ["r"]
