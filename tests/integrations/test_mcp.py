@@ -61,9 +61,9 @@ def run_client(scenario: Callable[[ClientSession], Awaitable[Any]], *, store: Pa
 
 
 def data(result: Any) -> dict[str, Any]:
-    """A successful call's structured result, which its text content repeats as JSON."""
+    """A successful call's structured result (its figures); the text content is checked apart."""
     assert not result.is_error, result.content
-    assert json.loads(result.content[0].text) == result.structured_content
+    assert len(result.content) == 1 and result.content[0].type == "text"
     return dict(result.structured_content)
 
 
@@ -89,7 +89,8 @@ def test_tools_are_listed_with_input_and_output_schemas(tmp_path: Path) -> None:
         assert all(p.get("description") for p in schema["properties"].values()), name
         assert tool.output_schema and tool.output_schema["type"] == "object", name
     props = {name: tool.input_schema["properties"] for name, tool in tools.items()}
-    assert props["compress"]["pipeline"]["enum"] == shipped_pipelines()
+    offered = props["compress"]["pipeline"]["anyOf"][0]["enum"]
+    assert set(offered) < set(shipped_pipelines()) and {"qa", "generic"} <= set(offered)
     assert props["compress"]["text"] == {"description": props["compress"]["text"]["description"],
                                          "minLength": 1, "title": "Text", "type": "string"}
     assert props["compact_messages"]["budget"]["exclusiveMinimum"] == 0
@@ -219,8 +220,8 @@ def test_search_session_round_trip(tmp_path: Path) -> None:
 BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("compress", {"query": "x"}, "text"),
     ("compress", {"text": "Some words here.", "budget": -5}, "greater than 0"),
-    ("compress", {"text": "Some words here.", "pipeline": "no-such-pipeline"}, "unknown pipeline"),
-    ("compress", {"text": "Plain text, not subtitles.", "pipeline": "transcripts"}, "InputError"),
+    ("compress", {"text": "Some words here.", "pipeline": "no-such-pipeline"}, "pipeline"),
+    ("compress", {"text": "Plain text, not subtitles.", "pipeline": "transcripts"}, "Input should be"),
     ("compact_messages", {"messages": "not a list", "budget": 100}, "messages"),
     ("compact_messages", {"messages": [{"role": "user", "content": "hi"}], "budget": 0}, "greater than 0"),
     ("expand", {"ids": ["0123456789abcdef-0001"]}, "not in the store"),
@@ -405,3 +406,164 @@ def test_a_tool_call_still_works_after_garbage(client: RawClient) -> None:
     client.send(json.dumps(call).encode())
     reply = client.receive(30)
     assert reply["id"] == 41 and reply["result"]["isError"] is False
+
+
+# -- what a host sees: titles, annotations, descriptions, schemas, the text a model reads -------------
+
+#: (readOnlyHint, idempotentHint) per tool: the store-writing tools are not read-only, and a batch of
+#: search results added twice is a second batch
+HINTS = {"compress": (True, True), "compact_messages": (False, True), "expand": (True, True),
+         "process_search_results": (False, False), "get_checklist_context": (True, True),
+         "reconstruct_report_context": (True, True)}
+HTML_PAGE = ("<!DOCTYPE html><html><head><title>Plant log</title><style>p {color: red}</style></head>"
+             "<body><nav><a href='/'>Home</a> <a href='/news'>News</a></nav><h1>Plant log</h1><p>"
+             + NEEDLE + "</p><p>" + " ".join(FILLER) + "</p><script>var tracked = true;</script>"
+             "</body></html>")
+PUMP = "why did the coolant pump fail"
+
+
+async def host_session(session: ClientSession) -> dict[str, Any]:
+    """What a host does: list the tools, then call each as its schema invites (defaults spelled
+    out, every offered pipeline on a text and a page). One server process for the tests below."""
+    tools = {t.name: t for t in (await session.list_tools()).tools}
+
+    def defaults(name: str) -> dict[str, Any]:
+        props = tools[name].input_schema["properties"]
+        return {k: p["default"] for k, p in props.items() if "default" in p}
+
+    out: dict[str, Any] = {"tools": tools, "defaults": defaults("compress")}
+    out["needle"] = await session.call_tool("compress", {**defaults("compress"), "text": NEEDLE})
+    out["compress"] = await session.call_tool("compress", {
+        "text": " ".join([*FILLER * 3, NEEDLE, *FILLER * 3]), "query": PUMP, "budget": 60})
+    short = out["compact"] = await session.call_tool("compact_messages", {
+        **defaults("compact_messages"), "messages": history(), "budget": 400, "session": "s"})
+    out["expand"] = await session.call_tool("expand", {**defaults("expand"),
+                                                       "ids": data(short)["dropped_ids"][:2]})
+    out["batch"] = await session.call_tool("process_search_results",
+                                           {"results": PAGES, "session": "r", "query": PUMP})
+    out["checklist"] = await session.call_tool("get_checklist_context", {"session": "r"})
+    out["report"] = await session.call_tool("reconstruct_report_context", {"session": "r"})
+    offered = tools["compress"].input_schema["properties"]["pipeline"]["anyOf"][0]["enum"]
+    out["pipelines"] = {}
+    for name in offered:
+        for kind, text in (("text", " ".join([*FILLER, NEEDLE])), ("html", HTML_PAGE)):
+            for query in (None, PUMP):
+                args = {"text": text, "pipeline": name, "budget": 200, "query": query}
+                out["pipelines"][name, kind, query] = await session.call_tool("compress", args)
+    return out
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return dict(run_client(host_session, store=tmp_path_factory.mktemp("mcp-host") / "s.sqlite"))
+
+
+def test_every_tool_has_a_title_and_honest_annotations(host: dict[str, Any]) -> None:
+    listed = host["tools"]
+    assert set(listed) == set(HINTS)
+    for name, tool in listed.items():
+        hints = tool.annotations
+        assert tool.title and hints.title == tool.title, name
+        assert (hints.read_only_hint, hints.idempotent_hint) == HINTS[name], name
+        assert hints.destructive_hint is False and hints.open_world_hint is False, name
+    assert len({t.title for t in listed.values()}) == len(listed)
+
+
+def _descriptions(schema: Any) -> Iterator[str]:
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if key == "description" and isinstance(value, str):
+                yield value
+            else:
+                yield from _descriptions(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            yield from _descriptions(value)
+
+
+def test_descriptions_have_no_docstring_indentation(host: dict[str, Any]) -> None:
+    for name, tool in host["tools"].items():
+        texts = [tool.description, *_descriptions(tool.input_schema), *_descriptions(tool.output_schema)]
+        for text in texts:
+            assert text.strip(), name
+            for line in text.split("\n"):
+                assert line and line == line.strip(), (name, line)
+                assert "  " not in line, (name, line)
+    assert "\n" not in host["tools"]["compress"].description  # one paragraph, one line
+
+
+def test_every_default_is_valid_under_its_own_schema(host: dict[str, Any]) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    checked = 0
+    for tool in host["tools"].values():
+        schema = tool.input_schema
+        for sub in schema["properties"].values():
+            if "default" in sub:
+                jsonschema.Draft202012Validator({**sub, "$defs": schema.get("$defs", {})}).validate(
+                    sub["default"])
+                checked += 1
+    assert checked >= 12
+    pipeline = host["tools"]["compress"].input_schema["properties"]["pipeline"]
+    with pytest.raises(jsonschema.ValidationError):  # the schema still says what is not a choice
+        jsonschema.Draft202012Validator(pipeline).validate("conversation")
+
+
+def test_calls_with_every_default_spelled_out_succeed(host: dict[str, Any]) -> None:
+    assert host["defaults"] == {"query": None, "budget": None, "pipeline": None}
+    assert data(host["needle"])["pipeline"] == "generic" and host["needle"].content[0].text == NEEDLE
+    assert data(host["compact"])["session"] == "s" and len(data(host["expand"])["texts"]) == 2
+
+
+def test_the_model_reads_the_compressed_text_and_programs_the_figures(host: dict[str, Any]) -> None:
+    counter = get_counter()
+    result = host["compress"]
+    figures = data(result)
+    read = result.content[0].text
+    assert read == figures["text"] and NEEDLE in read
+    assert counter.count(read) <= figures["tokens"] + 2 <= 62  # not the figures' JSON around it
+    assert counter.count(json.dumps(figures, indent=2)) > counter.count(read) + 40
+    text = " ".join([*FILLER * 3, NEEDLE, *FILLER * 3])
+    assert figures["input_tokens"] == counter.count(text) and figures["pipeline"] == "qa"
+    assert figures["ratio"] == round(figures["tokens"] / figures["input_tokens"], 4) < 0.25
+    assert figures["budget"] == 60 and figures["warnings"] == []
+
+
+def test_each_offered_pipeline_compresses_text_and_html(host: dict[str, Any]) -> None:
+    results = host["pipelines"]
+    offered = {name for name, _, _ in results}
+    assert {"qa", "generic"} <= offered and len(results) == 4 * len(offered)
+    for key, result in results.items():
+        read = result.content[0].text
+        assert not result.is_error and read.strip(), key
+        assert "<" not in read and "var tracked" not in read, key  # the page was read, not passed on
+        assert data(result)["pipeline"] == key[0]
+    for name in offered:  # the needle survives every pipeline when the query asks for it
+        assert "valve V-12" in results[name, "html", PUMP].content[0].text, name
+
+
+def test_the_pipelines_not_offered_fail_or_pass_html_through(host: dict[str, Any]) -> None:
+    import compactor
+    from compactor.errors import CompactorError
+
+    offered = {name for name, _, _ in host["pipelines"]}
+    left_out = [n for n in shipped_pipelines() if n not in offered]
+    assert {"conversation", "transcripts", "system-prompt"} <= set(left_out)
+    for name in left_out:
+        try:
+            outputs = [compactor.compress(text, pipeline=name) for text in (NEEDLE, HTML_PAGE)]
+        except CompactorError:
+            continue
+        assert any("<" in out or not out.strip() for out in outputs), name
+
+
+def test_the_other_tools_answer_in_text_a_model_can_read(host: dict[str, Any]) -> None:
+    short, back = host["compact"], host["expand"]
+    assert json.loads(short.content[0].text) == data(short)["messages"]
+    first, second = data(short)["dropped_ids"][:2]
+    assert back.content[0].text == (f"[{first}]\n{data(back)['texts'][first]}\n\n"
+                                    f"[{second}]\n{data(back)['texts'][second]}")
+    batch, checklist, report = host["batch"], host["checklist"], host["report"]
+    assert batch.content[0].text.startswith("Batch 1 of session 'r' (fact_centric): 2 results, 2 new pages")
+    assert checklist.content[0].text == data(checklist)["text"] and "03:14" in checklist.content[0].text
+    assert data(checklist)["tokens"] == get_counter().count(data(checklist)["text"])
+    assert report.content[0].text == data(report)["text"] and NEEDLE in report.content[0].text
