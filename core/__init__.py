@@ -13,8 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names, for type checkers; at run time they load on first use
     from compactor.apps.auto import AutoCompactor
+    from compactor.apps.common import acompress
     from compactor.apps.compacter import ContextCompacter
-    from compactor.apps.conversation import TIERS, CompactedMessages, compact_messages, count_message_tokens
+    from compactor.apps.conversation import (
+        TIERS,
+        CompactedMessages,
+        acompact_messages,
+        compact_messages,
+        count_message_tokens,
+    )
     from compactor.apps.overflow import is_context_overflow, with_overflow_retry
     from compactor.apps.research import ResearchSession
     from compactor.apps.research_fetch import HttpFetcher
@@ -104,6 +111,8 @@ _LAZY: dict[str, str] = {
     "EXPAND_TOOL": "compactor.apps.tools",
     "CompactedMessages": "compactor.apps.conversation",
     "compact_messages": "compactor.apps.conversation",
+    "acompact_messages": "compactor.apps.conversation",
+    "acompress": "compactor.apps.common",
     "TIERS": "compactor.apps.conversation",
     "count_message_tokens": "compactor.apps.conversation",
     "is_context_overflow": "compactor.apps.overflow",
@@ -256,6 +265,8 @@ __all__ = [
     "TranscriptOptions",
     "TranscriptSegment",
     "__version__",
+    "acompact_messages",
+    "acompress",
     "compact_messages",
     "compress",
     "compress_multiple_files_results",

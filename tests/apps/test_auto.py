@@ -262,3 +262,18 @@ def test_extra_tokens_count_for_one_call_and_leave_tools_tokens_alone() -> None:
         auto.maybe_compact(history, extra_tokens=-1)
     with pytest.raises(compactor.InputError, match="extra_tokens"):
         auto.compact(history, extra_tokens=True)  # type: ignore[arg-type]
+
+
+def test_an_unknown_keyword_is_refused_when_built_with_the_closest_one() -> None:
+    with pytest.raises(compactor.InputError, match=r"keep_lst: unknown option; did you mean keep_last\?"):
+        AutoCompactor(10_000, keep_lst=3)
+    with pytest.raises(compactor.InputError, match=r"tools_tokes: unknown option; did you mean tools_tokens"):
+        AutoCompactor(10_000, tools_tokes=300)
+    with pytest.raises(compactor.InputError, match=r"keep_tool_result: unknown option; did you mean "
+                                                   r"keep_tool_results\?"):
+        AutoCompactor(10_000, keep_tool_result=2)
+    with pytest.raises(compactor.InputError, match=r"budgett: unknown option; did you mean budget\?"):
+        compactor.compact_messages([{"role": "user", "content": "hi"}], budgett=100)
+    with pytest.raises(compactor.InputError, match="format must be one of"):
+        AutoCompactor(10_000, format="claude")
+    assert AutoCompactor(10_000, keep_tool_results=2, exclude_tools=["read_file"]).compactions == 0
