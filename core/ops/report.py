@@ -170,7 +170,57 @@ def verdicts(context: Context) -> dict[str, Verdict]:
             if decision and ": kept" in decision:
                 why += ", but its text is not in the output (merged or repeated)"
         out[chunk.id] = Verdict(status, why, min(share, 1.0))
-    return out
+    return _after_render(context, out, spans)
+
+
+def render_cut(context: Context) -> StepReport | None:
+    """The render step that cut the kept text to fit the budget, if one did."""
+    cuts = [r for r in context.reports
+            if r.stage == "render" and not r.skipped and r.tokens_out < r.tokens_in]
+    return cuts[-1] if cuts else None
+
+
+def _kept_text(chunk: Chunk, spans: list[tuple[int, int]] | None) -> str:
+    """The words of a chunk that its segments carry (all of it without spans), spaces collapsed."""
+    if spans is None:
+        return " ".join(chunk.text.split())
+    pieces = [chunk.text[max(a, chunk.start) - chunk.start:min(b, chunk.end) - chunk.start]
+              for a, b in spans if a < chunk.end and b > chunk.start]
+    return " ".join(" ".join(pieces).split())
+
+
+def _after_render(context: Context, found: dict[str, Verdict],
+                  spans: Mapping[str, list[tuple[int, int]]]) -> dict[str, Verdict]:
+    """Verdicts corrected by what the output holds when a render step cut the kept text to the budget:
+    a chunk whose words are not in the output was cut there, one whose start is, partly."""
+    step = render_cut(context)
+    if step is None or not context.output:
+        return found
+    output = " ".join(context.output.split())
+    cut = f"{step.step}: cut to fit the budget ({step.tokens_in:,} → {step.tokens_out:,} tokens)"
+    changed: dict[str, Verdict] = {}
+    seen = False
+    for chunk in context.chunks:
+        verdict = found[chunk.id]
+        words = _kept_text(chunk, spans.get(chunk.source_id)) if verdict.kept else ""
+        if not words:
+            continue
+        if words in output:
+            seen = True
+            continue
+        low, high = 0, len(words)  # the longest start of its words in the output (a prefix test is monotone)
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if words[:middle] in output else (low, middle - 1)
+        before = "kept until rendering" if verdict.reason == "in the output" else verdict.reason
+        if low >= min(30, len(words)):
+            seen = True
+            share = verdict.share * low / len(words)
+            changed[chunk.id] = Verdict("partial", f"{before}; {share:.0%} of it left by {cut}", share)
+        else:
+            changed[chunk.id] = Verdict("dropped", f"{before}; then {cut}", 0.0)
+    # none of the kept words found as they are: the output is written in another form (JSON), leave it
+    return {**found, **changed} if seen else found
 
 
 def primary_score(chunks: Sequence[Chunk]) -> str | None:
@@ -431,7 +481,7 @@ def _source_html(context: Context, source: Source, chunks: list[Chunk], found: M
                      key=lambda c: (-(c.scores.get(key, 0.0) if key else 0.0), c.start))
     quarantined = sum(found[c.id].status == "quarantined" for c in chunks)
     out_tokens = sum(s.tokens or 0 for s in context.segments if s.source_id == source.id)
-    if not out_tokens and kept:
+    if render_cut(context) or not out_tokens:  # segments hold more than the output: estimate
         out_tokens = sum(round(c.tokens * found[c.id].share) for c in kept)
     name = html.escape(source.title or source.uri or source.id)
     summary = (f'<summary><span class="name">{name}</span> <span class="muted">· '

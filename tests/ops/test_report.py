@@ -155,6 +155,22 @@ def test_plots_keep_their_labels_inside_and_draw_the_cut(context: Context, page:
     assert counted == len(context.chunks)
 
 
+def test_text_a_render_step_cut_to_the_budget_is_not_reported_as_kept() -> None:
+    context = Pipeline.from_yaml("report-overflow").run([RELEVANT, IRRELEVANT, CHINESE], query="who won?",
+                                                         budget=40)
+    render = context.reports[-1]
+    assert render.stage == "render" and render.tokens_out < render.tokens_in  # the output is cut
+    found = verdicts(context)
+    first, *rest = (found[c.id] for c in context.chunks)
+    assert first.status == "partial" and 0 < first.share < 1 and "render.markdown: cut to fit" in first.reason
+    assert rest and all(v.status == "dropped" for v in rest)
+    assert all("then render.markdown: cut to fit" in v.reason for v in rest)
+    page = html_report(context)
+    for source in context.sources[1:]:
+        line = re.search(rf'data-source="{source.id}"><summary>(.*?)</summary>', page)
+        assert line and "→ 0 tokens" in line[1] and "0 kept" in line[1]
+
+
 def test_a_run_without_scores_says_so_and_large_sources_are_paginated() -> None:
     text = "\n\n".join(f"Paragraph {i} says something about item {i}." for i in range(PAGE * 2 + 10))
     context = Pipeline.from_string("version: 1\nsteps:\n  - use: chunk.paragraphs\n    with: {size: 8}\n"
