@@ -1,0 +1,351 @@
+"""compactor-proxy end to end: the app under uvicorn on a real socket (127.0.0.1), a fake upstream
+(a real HTTP server answering in each API's shape, plain and SSE) and the real openai and anthropic
+clients pointed at the proxy. Skipped without the `proxy` extra."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+import anthropic
+import httpx
+import openai
+import uvicorn
+
+from compactor import count_message_tokens
+from compactor.integrations.proxy import create_app, main
+
+from ..upstream_server import Answer, FakeUpstream, Recorded, answer
+
+KEY = "sk-test-never-log-me-4c1f0a9e"
+WINDOW = 4000
+TRIGGER = 2000
+CHAT = "/v1/chat/completions"
+
+
+class Served:
+    """The proxy app under uvicorn on a free port, in a thread."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
+                                                    lifespan="on", server_header=False, date_header=False))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def proxy(self) -> Any:
+        return self.app.state.proxy
+
+    def __enter__(self) -> Served:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+@pytest.fixture
+def upstream() -> Iterator[FakeUpstream]:
+    server = FakeUpstream().start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def serve(upstream: FakeUpstream) -> Iterator[Callable[..., Served]]:
+    """Start a proxy in front of `upstream` (keywords go to `create_app`)."""
+    started: list[Served] = []
+
+    def start(**options: Any) -> Served:
+        options.setdefault("window", WINDOW)
+        options.setdefault("trigger", TRIGGER)
+        served = Served(create_app(options.pop("upstream", upstream.base_url + "/v1"), **options)).__enter__()
+        started.append(served)
+        return served
+
+    yield start
+    for served in started:
+        served.__exit__()
+
+
+def openai_client(served: Served) -> openai.OpenAI:
+    return openai.OpenAI(base_url=served.root + "/v1", api_key=KEY, max_retries=0)
+
+
+def anthropic_client(served: Served) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=served.root, api_key=KEY, max_retries=0)
+
+
+def order(i: int) -> str:
+    """A tool output: an order record with a unique marker."""
+    return json.dumps({"order_id": f"#W{1000 + i}", "status": "delivered" if i % 3 else "pending",
+                       "total": 20 + i, "items": [f"item-{i}-{k}" for k in range(6)],
+                       "note": f"marker-{i:03d} shipped from warehouse {i % 7} on day {i}"})
+
+
+def chat_history(task: str = "Check my orders and refund #W1003.", turns: int = 40) -> list[dict[str, Any]]:
+    """A support agent's history past the trigger: tool calls with their results, then a question."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a support agent."},
+                                      {"role": "user", "content": task}]
+    for i in range(turns):
+        call = {"id": f"c{i}", "type": "function",
+                "function": {"name": "get_order", "arguments": json.dumps({"order_id": f"#W{1000 + i}"})}}
+        messages += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": f"c{i}", "content": order(i)}]
+    messages.append({"role": "user", "content": "Which of those orders are still pending?"})
+    return messages
+
+
+def valid_tool_pairs(messages: list[dict[str, Any]]) -> bool:
+    """Every tool result answers a call made before it, and every call is answered."""
+    called: set[str] = set()
+    answered: set[str] = set()
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            called.add(call["id"])
+        if message.get("role") == "tool":
+            if message["tool_call_id"] not in called:
+                return False
+            answered.add(message["tool_call_id"])
+    return called == answered
+
+
+def test_small_requests_go_upstream_byte_for_byte(serve: Callable[..., Served],
+                                                  upstream: FakeUpstream) -> None:
+    served = serve()
+    raw = b'{"model":"m",  "messages":[{"role":"user","content":"caf\\u00e9 \xc3\xa9"}],"temperature":0.5}'
+    reply = httpx.post(served.root + CHAT, content=raw, headers={"content-type": "application/json"})
+    assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] == "ok"
+    assert upstream.requests[-1].body == raw
+    assert upstream.requests[-1].path == CHAT
+    for path, body in (("/v1/messages", b'{"model":"m","max_tokens":9,"system":"s",\n'
+                                        b'"messages":[{"role":"user","content":"hi"}]}'),
+                       ("/v1/responses", b'{"model":"m","input":[{"role":"user","content":"hi"}]}')):
+        assert httpx.post(served.root + path, content=body).status_code == 200
+        assert upstream.requests[-1].body == body and upstream.requests[-1].path == path
+    # the SDKs' own requests too, with their replies read back
+    completion = openai_client(served).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hello"}])
+    assert completion.choices[0].message.content == "ok"
+    assert upstream.requests[-1].json["messages"] == [{"role": "user", "content": "hello"}]
+    message = anthropic_client(served).messages.create(
+        model="m", max_tokens=10, system="be brief", messages=[{"role": "user", "content": "hello"}])
+    assert message.content[0].text == "ok"  # type: ignore[union-attr]
+    assert upstream.requests[-1].json["system"] == "be brief"
+    response = openai_client(served).responses.create(model="m", input=[{"role": "user", "content": "hi"}])
+    assert response.output_text == "ok"
+
+
+def test_a_long_chat_history_arrives_compacted_under_the_trigger(
+        serve: Callable[..., Served], upstream: FakeUpstream) -> None:
+    served = serve()
+    history = chat_history()
+    assert count_message_tokens(history) > 2 * TRIGGER
+    reply = openai_client(served).chat.completions.create(model="m", messages=history)  # type: ignore[arg-type]
+    assert reply.choices[0].message.content == "ok"
+    sent = upstream.bodies(CHAT)[-1]["messages"]
+    assert count_message_tokens(sent) <= TRIGGER
+    assert sent[-1] == history[-1] and sent[0] == history[0] and sent[1] == history[1]
+    assert valid_tool_pairs(sent)
+    assert "expand_context" not in json.dumps(sent)  # the model has no expand tool
+    assert re.search(r"[0-9a-f]{16}-\d{4}", json.dumps(sent))  # the ids are listed all the same
+
+
+def test_conversations_keep_separate_state(serve: Callable[..., Served], upstream: FakeUpstream) -> None:
+    served = serve()
+    client = openai_client(served)
+    first, second = chat_history("Refund #W1003."), chat_history("Cancel #W1010.", turns=45)
+    client.chat.completions.create(model="m", messages=first)  # type: ignore[arg-type]
+    client.chat.completions.create(model="m", messages=second)  # type: ignore[arg-type]
+    conversations = list(served.proxy.conversations.values())
+    assert len(conversations) == 2
+    assert {c.auto.compactions for c in conversations} == {1}
+    assert len({c.auto.session for c in conversations}) == 2
+    # the first conversation goes on: its compaction is remembered, not redone, and the other's
+    # turns never appear in it
+    grown = [*first, {"role": "assistant", "content": "#W1000 and #W1003 are pending."},
+             {"role": "user", "content": "Refund #W1003 then."}]
+    client.chat.completions.create(model="m", messages=grown)  # type: ignore[arg-type]
+    sent = upstream.bodies(CHAT)[-1]["messages"]
+    assert sent[-1] == grown[-1] and sent[-2] == grown[-2]
+    assert count_message_tokens(sent) <= TRIGGER
+    assert "Cancel #W1010." not in json.dumps(sent)
+    assert [c.auto.compactions for c in served.proxy.conversations.values()] == [1, 1]
+
+
+def test_streams_are_relayed_as_they_arrive(serve: Callable[..., Served], upstream: FakeUpstream) -> None:
+    served = serve()
+    upstream.text, upstream.gap = "one two three four", 0.15
+    stream = openai_client(served).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "count"}], stream=True)
+    arrivals, text = [], []
+    for chunk in stream:
+        arrivals.append(time.monotonic())
+        text.append(chunk.choices[0].delta.content or "")
+    assert "".join(text) == "one two three four"
+    assert arrivals[0] < upstream.finished[-1] - 0.3  # the first chunk came while the upstream still wrote
+    with anthropic_client(served).messages.stream(
+            model="m", max_tokens=10, messages=[{"role": "user", "content": "count"}]) as events:
+        first = None
+        for _ in events.text_stream:
+            first = first or time.monotonic()
+        assert events.get_final_message().content[0].text == "one two three four"  # type: ignore[union-attr]
+    assert first is not None and first < upstream.finished[-1] - 0.3
+    parts = [e.delta for e in openai_client(served).responses.create(
+        model="m", input=[{"role": "user", "content": "count"}], stream=True)
+        if e.type == "response.output_text.delta"]
+    assert "".join(parts) == "one two three four"
+
+
+def test_a_body_over_the_cap_gets_a_clear_413(serve: Callable[..., Served], upstream: FakeUpstream) -> None:
+    served = serve(max_body=2000)
+    big = json.dumps({"messages": [{"role": "user", "content": "x" * 5000}]})
+    reply = httpx.post(served.root + CHAT, content=big)
+    assert reply.status_code == 413
+    error = reply.json()["error"]
+    assert "2000 bytes" in error["message"] and "--max-body" in error["message"]
+
+    def chunks() -> Iterator[bytes]:  # no content-length: reading stops at the cap
+        yield from (b"x" * 1000 for _ in range(10))
+
+    assert httpx.post(served.root + "/v1/files", content=chunks()).status_code == 413
+    assert upstream.requests == []
+
+
+@pytest.fixture
+def debug_log() -> Iterator[io.StringIO]:
+    """Everything every logger writes at DEBUG, as text."""
+    text, root = io.StringIO(), logging.getLogger()
+    handler, level = logging.StreamHandler(text), root.level
+    handler.setFormatter(logging.Formatter("%(name)s %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    yield text
+    root.removeHandler(handler)
+    root.setLevel(level)
+
+
+def test_keys_are_forwarded_and_never_logged(serve: Callable[..., Served], upstream: FakeUpstream,
+                                            debug_log: io.StringIO) -> None:
+    served = serve()
+    openai_client(served).chat.completions.create(model="m", messages=chat_history())  # type: ignore[arg-type]
+    assert upstream.requests[-1].headers["authorization"] == f"Bearer {KEY}"
+    anthropic_client(served).messages.create(model="m", max_tokens=5,
+                                             messages=[{"role": "user", "content": "x"}])
+    got = upstream.requests[-1].headers
+    assert KEY in got.get("x-api-key", got["authorization"])  # the SDK sends one or the other
+    httpx.post(served.root + "/v1/messages", headers={"x-api-key": KEY},
+               json={"model": "m", "max_tokens": 5, "messages": chat_history()})
+    assert upstream.requests[-1].headers["x-api-key"] == KEY
+    with socket.create_connection(("127.0.0.1", served.port)) as raw:  # a client that logs nothing itself
+        raw.sendall(f"GET /v1/models?key={KEY} HTTP/1.1\r\nHost: x\r\napi-key: {KEY}\r\n"
+                    f"Connection: close\r\n\r\n".encode())
+        assert raw.makefile("rb").readline().startswith(b"HTTP/1.1 200")
+    assert upstream.requests[-1].headers["api-key"] == KEY and upstream.requests[-1].path.endswith(KEY)
+    logged = debug_log.getvalue()
+    assert "compactor.integrations.proxy" in logged and "httpx" in logged  # the proxy and httpx did log
+    assert KEY not in logged
+
+
+def test_what_the_proxy_does_not_read_passes_through(serve: Callable[..., Served],
+                                                     upstream: FakeUpstream) -> None:
+    served = serve(upstream=upstream.base_url)  # given without /v1
+    models = httpx.get(served.root + "/v1/models?limit=2", headers={"x-trace": "t1"})
+    assert models.json() == {"method": "GET", "path": "/v1/models?limit=2", "body": ""}
+    assert upstream.requests[-1].headers["x-trace"] == "t1"
+    odd = ((CHAT, b"not json {"), (CHAT, b'{"model": "m", "messages": "hi"}'), ("/v1/files", b"\x00\x01"))
+    for path, body in odd:
+        httpx.post(served.root + path, content=body)
+        assert upstream.requests[-1].body == body and upstream.requests[-1].path == path
+    httpx.delete(served.root + "/v1/files/f1")
+    assert (upstream.requests[-1].method, upstream.requests[-1].path) == ("DELETE", "/v1/files/f1")
+    nested = serve(upstream=upstream.base_url + "/api/v1/")
+    httpx.get(nested.root + "/v1/models")
+    assert upstream.requests[-1].path == "/api/v1/models"
+
+
+def test_upstream_errors_are_relayed_and_an_unreachable_one_is_a_502(
+        serve: Callable[..., Served], upstream: FakeUpstream) -> None:
+    served = serve()
+    error = b'{"error": {"message": "slow down", "type": "rate_limit"}}'
+    upstream.respond = lambda request: Answer(status=429, body=error)
+    small = b'{"model":"m","messages":[{"role":"user","content":"x"}]}'
+    reply = httpx.post(served.root + CHAT, content=small)
+    assert (reply.status_code, reply.content) == (429, error)
+    with pytest.raises(openai.RateLimitError):
+        openai_client(served).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    gone = serve(upstream=dead)
+    reply = httpx.post(gone.root + CHAT, content=b"{}")
+    assert reply.status_code == 502 and "could not reach the upstream" in reply.json()["error"]["message"]
+
+
+def expand_script(final: str, calls: list[Recorded]) -> Callable[[Recorded], Answer]:
+    """The upstream's model: asked with a compacted history, it calls expand on the first ids the
+    history cites (an id or a range); given the originals, it answers `final`."""
+    def respond(request: Recorded) -> Answer:
+        calls.append(request)
+        if len(calls) % 2 == 0:
+            return answer(request, final)
+        ids = re.findall(r"[0-9a-f]{16}-\d{4}(?:\.\.\d{4})?", json.dumps(request.json))
+        assert ids, "the compacted history cites no id"
+        call = {"id": "call_x", "name": "expand_context", "arguments": {"ids": ids[:1]}}
+        return answer(request, calls=[call])
+    return respond
+
+
+def test_expand_tool_round_trip_chat(serve: Callable[..., Served], upstream: FakeUpstream) -> None:
+    served = serve(expand_tool=True)
+    seen: list[Recorded] = []
+    upstream.respond = expand_script("#W1000 and #W1003 are pending.", seen)
+    history = chat_history()
+    reply = openai_client(served).chat.completions.create(model="m", messages=history)  # type: ignore[arg-type]
+    assert reply.choices[0].message.content == "#W1000 and #W1003 are pending."
+    assert not reply.choices[0].message.tool_calls
+    assert len(seen) == 2
+    first, second = seen[0].json, seen[1].json
+    assert [t["function"]["name"] for t in first["tools"]] == ["expand_context"]
+    assert count_message_tokens(first["messages"]) <= TRIGGER
+    answered = second["messages"][-1]
+    assert answered["role"] == "tool" and answered["tool_call_id"] == "call_x"
+    assert "marker-000" not in json.dumps(first) and "marker-000" in answered["content"]  # an original back
+    # streamed: the rounds are read whole and the final stream relayed
+    seen.clear()
+    stream = openai_client(served).chat.completions.create(
+        model="m", messages=[*history, {"role": "user", "content": "And now?"}], stream=True)  # type: ignore[arg-type]
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream)
+    assert text == "#W1000 and #W1003 are pending." and len(seen) == 2
+
+
+def test_the_console_script_refuses_bad_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--upstream", "ftp://x", "--window", "1000"]) == 2
+    assert "--upstream must be an http(s) URL" in capsys.readouterr().err
+    assert main(["--upstream", "http://127.0.0.1:1/v1", "--window", "1000", "--trigger", "2000"]) == 2
+    assert "trigger" in capsys.readouterr().err
