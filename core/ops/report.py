@@ -209,6 +209,8 @@ def _after_render(context: Context, found: dict[str, Verdict],
             seen = True
             continue
         low, high = 0, len(words)  # the longest start of its words in the output (a prefix test is monotone)
+        if words[:30] not in output:
+            high = 0  # most chunks cut by the render step: one search each
         while low < high:
             middle = (low + high + 1) // 2
             low, high = (middle, high) if words[:middle] in output else (low, middle - 1)
@@ -585,8 +587,8 @@ def html_report(context: Context, title: str = "compactor report") -> str:
     kept = sum(v.kept for v in found.values())
     tokens_in, tokens_out = context.input_tokens, context.output_tokens
     share = f" ({tokens_out / tokens_in:.0%} of the input)" if tokens_in and tokens_out is not None else ""
-    summary = (f"{len(context.sources)} source(s) · {len(context.chunks)} chunks: {kept} kept, "
-               f"{len(context.chunks) - kept} dropped · {tokens_in:,} → "
+    summary = (f"{len(context.sources):,} source(s) · {len(context.chunks):,} chunks: {kept:,} kept, "
+               f"{len(context.chunks) - kept:,} dropped · {tokens_in:,} → "
                f"{'-' if tokens_out is None else f'{tokens_out:,}'} tokens{share} · "
                f"budget {context.resolved_budget()}"
                + (f" · query: {html.escape(context.query)}" if context.query else ""))
