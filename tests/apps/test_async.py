@@ -68,7 +68,7 @@ def test_acompact_messages_equals_the_sync_result_and_leaves_the_loop_running() 
     result, gap, ticks, seconds = asyncio.run(_ticking(
         lambda: compactor.acompact_messages(history, 3_000, session="s")))
     assert list(result) == list(sync) and result.report["dropped_ids"] == sync.report["dropped_ids"]
-    assert ticks >= 10 and gap < max(0.15, seconds / 4), (gap, seconds)
+    assert ticks >= 10 and gap < seconds / 3, (gap, seconds)  # blocking would leave one gap of it all
 
 
 def test_amaybe_compact_equals_maybe_compact_and_keeps_the_loop_running() -> None:
@@ -77,7 +77,7 @@ def test_amaybe_compact_equals_maybe_compact_and_keeps_the_loop_running() -> Non
     auto = AutoCompactor(16_000, trigger=8_000, session="a")
     result, gap, ticks, seconds = asyncio.run(_ticking(lambda: auto.amaybe_compact(history)))
     assert list(result) == list(sync) and auto.compactions == 1
-    assert ticks >= 10 and gap < max(0.15, seconds / 4), (gap, seconds)
+    assert ticks >= 10 and gap < seconds / 3, (gap, seconds)  # blocking would leave one gap of it all
     small = asyncio.run(auto.amaybe_compact(history[:6]))
     assert small == history[:6] and auto.compactions == 1
     again = asyncio.run(auto.acompact(history[:40], extra_tokens=100, format="chat"))
@@ -99,7 +99,7 @@ def test_a_slow_llm_rewrite_does_not_block_the_loop(openai_server: FakeOpenAI) -
         lambda: compactor.acompact_messages(history, 1_500, llm=settings)))
     assert openai_server.requests and seconds >= 0.6
     assert result.report["method"] == "rules" and result.summary  # the prose was refused, rules kept
-    assert ticks >= 50 and gap < 0.15, (gap, ticks)
+    assert ticks >= 20 and gap < 0.3, (gap, ticks)  # blocking would leave a gap of 0.6 s or more
 
 
 def test_async_faces_refuse_what_the_sync_ones_refuse() -> None:
