@@ -32,26 +32,41 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 try:
-    from agents import FunctionTool, RunConfig, function_tool
-    from agents.items import TResponseInputItem
+    from agents import (
+        Agent,
+        AgentHooks,
+        AgentOutputSchema,
+        AgentOutputSchemaBase,
+        FunctionTool,
+        Handoff,
+        RunConfig,
+        RunContextWrapper,
+        Tool,
+        function_tool,
+        handoff,
+    )
+    from agents.items import ModelResponse, TResponseInputItem
     from agents.memory import Session, SessionSettings, SQLiteSession
+    from agents.models.chatcmpl_converter import Converter
     from agents.run_config import CallModelData, ModelInputData
 except ImportError as exc:  # the extra is optional
     raise ImportError("compactor.integrations.openai_agents needs the OpenAI Agents SDK: "
                       "pip install 'compactor[agents]'") from exc
 
 from compactor.apps.auto import AutoCompactor, AutoCounters
-from compactor.apps.conversation import CompactedMessages
+from compactor.apps.conversation import CompactedMessages, compact_messages
 from compactor.apps.pins import pin_slots
 from compactor.apps.tools import EXPAND_TOOL, EXPAND_TOOL_NAME, handle_expand_call
-from compactor.errors import CompactorError
+from compactor.components import unknown_parameter
+from compactor.errors import CompactorError, InputError
 from compactor.formats.clearing import REDUCED_MARK, STUB_MARK
 from compactor.formats.compaction import same_turn
 from compactor.store import Batch, ChunkStore
@@ -71,6 +86,13 @@ CHECKPOINT_KEY = "openai_agents_view"
 _META = ("type", "id", "status", "call_id", "name", "arguments", "provider_data")
 _TIER_MARKS = (STUB_MARK, REDUCED_MARK)
 _SUMMARY, _PIN = "summary", "pin"  # what a message of a compaction stands for, when not a kept message
+_SKIPPED = {"self", "options", "messages", "budget", "store", "session", "fit", "restore"}
+#: The keywords a `CompactorSession` takes: its own, and an `AutoCompactor`'s (with those it
+#: passes on to `compact_messages`).
+SESSION_KEYWORDS = frozenset(
+    name for fn in (AutoCompactor.__init__, compact_messages)
+    for name in inspect.signature(fn).parameters if name not in _SKIPPED) | {
+    "session_id", "window", "items", "store", "session_settings"}
 
 
 class CompactorSession(AutoCounters):
@@ -94,6 +116,9 @@ class CompactorSession(AutoCounters):
     def __init__(self, session_id: str, *, window: int, items: Session | str | Path | None = None,
                  store: str | ChunkStore | None = None,
                  session_settings: SessionSettings | None = None, **options: Any) -> None:
+        for key in options:  # refused here, not at the first compaction
+            if key not in SESSION_KEYWORDS:
+                raise InputError(unknown_parameter("CompactorSession", key, sorted(SESSION_KEYWORDS)))
         self.session_id = session_id
         self.session_settings = session_settings
         if items is None or isinstance(items, str | Path):
@@ -105,6 +130,8 @@ class CompactorSession(AutoCounters):
         self._lock = threading.Lock()  # one compaction at a time (runs in a worker thread)
         self._run_view: dict[str, Any] | None = None  # `input_filter`'s compaction within a run
         self._pins: list[dict[str, Any]] = []  # the pin items the latest view carries
+        #: Per bound agent: what its requests spend outside the items beyond `tools_tokens`.
+        self.overheads: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"CompactorSession({self.session_id!r}, {self.auto!r})"
@@ -161,8 +188,10 @@ class CompactorSession(AutoCounters):
     # -- compaction ------------------------------------------------------------------------------
 
     def _compacted(self, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # the agent that reads them is not known here: the largest overhead of the bound ones
+        extra = max(self.overheads.values(), default=0)
         with self._lock:
-            out, view = self._compact_view(raw, self._checkpoint())
+            out, view = self._compact_view(raw, self._checkpoint(), extra_tokens=extra)
             if view is not None:
                 self._save(view)
             return out
@@ -200,19 +229,60 @@ class CompactorSession(AutoCounters):
     def input_filter(self, data: CallModelData[Any]) -> ModelInputData:
         """A `RunConfig.call_model_input_filter`: compacts before every model call of a run, not only
         when the run starts (a run of many tool calls grows its input past the trigger). The
-        agent's instructions are counted against the trigger, for this call only (`extra_tokens`:
-        runs of agents with other instructions may share the session's compactor meanwhile). Kept
-        items are the run's own objects; the run's view is kept in this process until the next run
-        reads the session."""
+        agent's instructions and tool schemas (those beyond `tools_tokens`) are counted against
+        the trigger, for this call only (`extra_tokens`: runs of agents with other instructions
+        may share the session's compactor meanwhile). Kept items are the run's own objects; the
+        run's view is kept in this process until the next run reads the session."""
         given = data.model_data
-        instructions = given.instructions or ""
-        extra = self.auto.counter.count(instructions) + 4 if instructions else 0  # sent as a system message
-        raw = [_as_dict(i) for i in given.input]
+        schemas = static_schemas(data.agent) if isinstance(data.agent, Agent) else []
+        extra = self._extra(given.instructions, schemas)
+        out = self._within_run([_as_dict(i) for i in given.input], extra)
+        return ModelInputData(input=cast(list[TResponseInputItem], out), instructions=given.instructions)
+
+    def _extra(self, instructions: str | None, schemas: Sequence[dict[str, Any]]) -> int:
+        """What a request spends outside its items beyond `tools_tokens`: the instructions (sent
+        as a system message) and the schemas' tokens past `tools_tokens`."""
+        counter = self.auto.counter
+        extra = counter.count(instructions) + 4 if instructions else 0
+        measured = counter.count(json.dumps(list(schemas), ensure_ascii=False, default=str)) if schemas else 0
+        return extra + max(0, measured - self.auto.tools_tokens)
+
+    def _within_run(self, raw: list[dict[str, Any]], extra: int) -> list[dict[str, Any]]:
         with self._lock:
             out, view = self._compact_view(raw, self._run_view, extra_tokens=extra)
             if view is not None:
                 self._run_view = view
-        return ModelInputData(input=cast(list[TResponseInputItem], out), instructions=given.instructions)
+        return out
+
+    # -- a plain Runner.run ---------------------------------------------------------------------
+
+    def bind(self, *agents: Agent[Any]) -> Agent[Any]:
+        """Make a plain `Runner.run(agent, input, session=session)` hold the budget before every
+        model call: each agent's hooks (its own kept, called after) compact the model's input in
+        place, measuring the instructions and the tool, handoff and output schemas the request
+        really carries; `get_items` counts the largest of the bound agents' overheads. Returns
+        the first agent (bind every agent a run can hand off to)."""
+        if not agents:
+            raise TypeError("bind needs at least one agent")
+        for agent in agents:
+            if not isinstance(agent.hooks, CompactingHooks) or agent.hooks.session is not self:
+                agent.hooks = CompactingHooks(self, agent.hooks)
+            instructions = agent.instructions if isinstance(agent.instructions, str) else None
+            self.overheads[agent.name] = self._extra(instructions, static_schemas(agent))
+        return agents[0]
+
+    async def _before_call(self, context: RunContextWrapper[Any], agent: Agent[Any],
+                           system_prompt: str | None, input_items: list[TResponseInputItem]) -> None:
+        """The bound agents' `on_llm_start`: the request's input compacted in place (the list the
+        runner sends next), its overhead measured from the agent as this call resolves it."""
+        tools = await agent.get_all_tools(context)
+        schemas = request_schemas(agent, tools)
+        extra = self._extra(system_prompt, schemas)
+        self.overheads[agent.name] = extra
+        raw = [_as_dict(i) for i in input_items]
+        out = await asyncio.to_thread(self._within_run, raw, extra)
+        if out != raw:
+            input_items[:] = cast(list[TResponseInputItem], out)
 
     def run_config(self, **settings: Any) -> RunConfig:
         """A `RunConfig` with `input_filter` as its `call_model_input_filter` (and `settings`)."""
@@ -224,6 +294,77 @@ class CompactorSession(AutoCounters):
 
     def _save(self, view: dict[str, Any] | None) -> None:
         self.store.commit_batch(self.auto.session, Batch(knowledge={CHECKPOINT_KEY: view}))
+
+
+class CompactingHooks(AgentHooks[Any]):
+    """Agent hooks that compact each model request's input (`CompactorSession.bind`), then call
+    the agent's own hooks."""
+
+    def __init__(self, session: CompactorSession, inner: AgentHooks[Any] | None) -> None:
+        self.session = session
+        self.inner = inner
+
+    async def on_llm_start(self, context: RunContextWrapper[Any], agent: Agent[Any],
+                           system_prompt: str | None, input_items: list[TResponseInputItem]) -> None:
+        await self.session._before_call(context, agent, system_prompt, input_items)
+        if self.inner is not None:
+            await self.inner.on_llm_start(context, agent, system_prompt, input_items)
+
+    async def on_llm_end(self, context: RunContextWrapper[Any], agent: Agent[Any],
+                         response: ModelResponse) -> None:
+        if self.inner is not None:
+            await self.inner.on_llm_end(context, agent, response)
+
+    async def on_start(self, context: Any, agent: Agent[Any]) -> None:
+        if self.inner is not None:
+            await self.inner.on_start(context, agent)
+
+    async def on_end(self, context: Any, agent: Agent[Any], output: Any) -> None:
+        if self.inner is not None:
+            await self.inner.on_end(context, agent, output)
+
+    async def on_handoff(self, context: Any, agent: Agent[Any], source: Agent[Any]) -> None:
+        if self.inner is not None:
+            await self.inner.on_handoff(context, agent, source)
+
+    async def on_tool_start(self, context: Any, agent: Agent[Any], tool: Tool) -> None:
+        if self.inner is not None:
+            await self.inner.on_tool_start(context, agent, tool)
+
+    async def on_tool_end(self, context: Any, agent: Agent[Any], tool: Tool, result: Any) -> None:
+        if self.inner is not None:
+            await self.inner.on_tool_end(context, agent, tool, result)
+
+
+def request_schemas(agent: Agent[Any], tools: Sequence[Tool]) -> list[dict[str, Any]]:
+    """The schemas a request of `agent` carries, as the chat-completions converter writes them:
+    its function tools, its handoffs (each a tool) and its structured output's JSON schema. A
+    hosted tool is counted as its description."""
+    schemas: list[dict[str, Any]] = []
+    for tool in tools:
+        try:
+            schemas.append(cast(dict[str, Any], Converter.tool_to_openai(tool)))
+        except Exception:  # a hosted tool the chat converter does not write: its fields
+            schemas.append({"type": type(tool).__name__, "name": getattr(tool, "name", "")})
+    for item in agent.handoffs:
+        target = item if isinstance(item, Handoff) else handoff(item)
+        schemas.append(cast(dict[str, Any], Converter.convert_handoff_tool(target)))
+    output = agent.output_type
+    if output is not None and output is not str:
+        try:
+            described = output if isinstance(output, AgentOutputSchemaBase) else AgentOutputSchema(output)
+            schema = described.json_schema()
+        except Exception:  # a type the SDK cannot describe: nothing it would send
+            schema = None
+        if isinstance(schema, Mapping):
+            schemas.append({"type": "json_schema", "json_schema": dict(schema)})
+    return schemas
+
+
+def static_schemas(agent: Agent[Any]) -> list[dict[str, Any]]:
+    """`request_schemas` of what an agent holds without a run (its tools list; MCP servers' tools
+    and disabled tools are known at the request only)."""
+    return request_schemas(agent, [t for t in agent.tools if isinstance(t, FunctionTool)])
 
 
 def expand_context_tool(store: str | ChunkStore) -> FunctionTool:

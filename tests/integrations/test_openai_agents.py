@@ -546,3 +546,145 @@ def test_the_input_filter_counts_the_instructions_without_changing_the_shared_co
     messages = to_messages(sent.input)[0]  # type: ignore[arg-type]
     assert session.auto.tokens(messages, extra_tokens=extra) <= session.auto.trigger_tokens
     assert session.auto.history[-1].tokens_after == session.auto.tokens(messages, extra_tokens=extra)
+
+
+# -- a plain Runner.run: the agent measured from itself -------------------------------------------
+
+LONG_INSTRUCTIONS = ("You are the support agent of an online shop that sells widgets. "
+                     + " ".join(f"Rule {k}: check the order with get_order, the stock with check_stock and "
+                                f"the carrier with track_parcel before you promise anything to a customer."
+                                for k in range(30)))
+
+
+@function_tool
+def check_stock(sku: str, warehouse: str) -> str:
+    """Check how many units of a SKU a warehouse (Reno, Dayton or Leeds) holds, with the next
+    delivery date, the supplier, the reorder threshold and the shelf the units are on."""
+    return json.dumps({"sku": sku, "warehouse": warehouse, "units": 12})
+
+
+@function_tool
+def track_parcel(tracking: str, carrier: str, include_history: bool) -> str:
+    """Track a parcel by its tracking number with its carrier; with include_history, every scan
+    from the depot to the door with times and places, else the latest scan only."""
+    return json.dumps({"tracking": tracking, "status": "in transit"})
+
+
+@function_tool
+def refund_order(order_id: str, amount: float, reason: str, notify_customer: bool) -> str:
+    """Refund an order (all of it or part of it) to the original payment method, with the reason
+    the customer reads in the email, and notify the customer when asked to."""
+    return json.dumps({"order_id": order_id, "refunded": amount})
+
+
+class ThreeCallsARun:
+    """Each run (a user line `orders N`, N = 1000, 1003, ...): three get_order calls, one per
+    request, then a reply (four requests a run, whatever a compaction left of the line)."""
+
+    def __init__(self) -> None:
+        self.count = itertools.count()
+
+    def __call__(self, request: Recorded) -> Reply:
+        model = str(request.json.get("model"))
+        n = next(self.count)
+        run, step = divmod(n, 4)
+        if step == 3:
+            answer = {"role": "assistant", "content": f"Checked orders {1000 + 3 * run}."}
+            return Reply(body=_completion(answer, model))
+        order = json.dumps({"order_id": f"#W{1000 + 3 * run + step}"})
+        call = {"id": f"call_{n}", "type": "function", "function": {"name": "get_order", "arguments": order}}
+        return Reply(body=_completion({"role": "assistant", "content": None, "tool_calls": [call]}, model))
+
+
+def test_a_plain_runner_run_keeps_every_request_under_the_trigger(tmp_path) -> None:
+    # long instructions and four more tools than the session is told about: no tools_tokens, no
+    # run_config filter; the bound agent's own instructions and schemas are measured
+    session = CompactorSession("plain", window=WINDOW, reserve=1_500, store=str(tmp_path / "c.db"))
+    trigger = session.auto.trigger_tokens
+
+    async def conversation(server: FakeOpenAI) -> list[str]:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        model = OpenAIChatCompletionsModel(model="test-model", openai_client=client)
+        agent = session.bind(Agent(name="support", instructions=LONG_INSTRUCTIONS, model=model,
+                                   tools=[get_order, check_stock, track_parcel, refund_order,
+                                          session.expand_tool()]))
+        outputs = []
+        for n in range(6):
+            result = await Runner.run(agent, f"orders {1000 + 3 * n}", session=session,
+                                      run_config=RunConfig(tracing_disabled=True))
+            outputs.append(str(result.final_output))
+        await client.close()
+        return outputs
+
+    with FakeOpenAI() as server:
+        server.respond = ThreeCallsARun()
+        outputs = asyncio.run(conversation(server))
+        requests = list(server.requests)
+    assert outputs == [f"Checked orders {1000 + 3 * n}." for n in range(6)] and len(requests) == 24
+    schemas = compactor.get_counter("cl100k_base").count(json.dumps(requests[0].json["tools"]))
+    assert len(requests[0].json["tools"]) == 5 and schemas > 400  # what a tools_tokens guess would miss
+    sizes = [_request_tokens(r) for r in requests]
+    assert all(size <= trigger for size in sizes), (sizes, trigger)
+    assert max(sizes) > trigger - 600 and session.compactions >= 3  # it did grow to the trigger
+    for request in requests:
+        messages = request.json["messages"]
+        assert messages[0] == {"role": "system", "content": LONG_INSTRUCTIONS} and _valid_chat(messages)
+    # every item was stored whole; what was sent was compacted
+    stored = asyncio.run(session.items.get_items())
+    assert sum(1 for i in stored if i.get("type") == "function_call_output") == 18
+    # unbound, the same conversation passes the trigger
+    plain = CompactorSession("unbound", window=WINDOW, reserve=1_500)
+
+    async def unbound(server: FakeOpenAI) -> None:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        model = OpenAIChatCompletionsModel(model="test-model", openai_client=client)
+        agent = Agent(name="support", instructions=LONG_INSTRUCTIONS, model=model,
+                      tools=[get_order, check_stock, track_parcel, refund_order])
+        for n in range(6):
+            await Runner.run(agent, f"orders {1000 + 3 * n}", session=plain,
+                             run_config=RunConfig(tracing_disabled=True))
+        await client.close()
+
+    with FakeOpenAI() as server:
+        server.respond = ThreeCallsARun()
+        asyncio.run(unbound(server))
+        assert sum(1 for r in server.requests if _request_tokens(r) > trigger) >= 3
+
+
+def test_bind_keeps_the_agents_own_hooks_and_measures_each_agent() -> None:
+    from agents import AgentHooks
+
+    seen: list[str] = []
+
+    class Mine(AgentHooks[Any]):
+        async def on_llm_start(self, context: Any, agent: Any, system_prompt: Any, input_items: Any) -> None:
+            seen.append(f"{agent.name}:{len(input_items)}")
+
+    session = CompactorSession("hooks", window=WINDOW, reserve=1_500)
+    first = Agent(name="a", instructions=LONG_INSTRUCTIONS, tools=[get_order], hooks=Mine())
+    second = Agent(name="b", instructions="Short.")
+    assert session.bind(first, second) is first
+    assert session.bind(first).hooks is first.hooks  # bound once
+    counter = session.auto.counter
+    assert session.overheads["a"] > counter.count(LONG_INSTRUCTIONS) + 40  # the instructions and the tool
+    assert 0 < session.overheads["b"] < 10
+    from pydantic import BaseModel
+
+    class Refund(BaseModel):
+        order_ids: list[str]
+        reason_for_each_refund_the_customer_reads: list[str]
+
+    session.bind(Agent(name="c", instructions="Short.", output_type=Refund))
+    assert session.overheads["c"] > session.overheads["b"] + 20  # the output schema is sent too
+    items: list[Any] = [{"role": "user", "content": "hi"}]
+    asyncio.run(first.hooks.on_llm_start(None, first, LONG_INSTRUCTIONS, items))  # type: ignore[union-attr,arg-type]
+    assert seen == ["a:1"] and items == [{"role": "user", "content": "hi"}]
+
+
+def test_the_session_refuses_an_unknown_keyword_at_construction() -> None:
+    with pytest.raises(compactor.InputError, match=r"CompactorSession has no parameter 'keep_lst'\. "
+                                                   r"Did you mean 'keep_last'"):
+        CompactorSession("typo", window=WINDOW, keep_lst=3)
+    with pytest.raises(compactor.InputError, match=r"Did you mean 'tools_tokens'"):
+        CompactorSession("typo", window=WINDOW, tool_tokens=300)
+    assert CompactorSession("ok", window=WINDOW, keep_last=3, tiers=compactor.TIERS).auto.window == WINDOW
