@@ -30,6 +30,7 @@ import io
 import json
 import os
 import re
+import signal
 import socket
 import sys
 import tempfile
@@ -606,9 +607,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         server = build_server(store)
-        print(f"compactor-mcp: serving MCP over streamable HTTP at {http_url(sock)}", file=sys.stderr,
-              flush=True)
-        anyio.run(serve_http, server, sock, host)
+        # uvicorn shuts down on SIGINT or SIGTERM, then raises the signal again: as KeyboardInterrupt
+        # both, so the store is closed and a temporary one removed before a clean exit
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        with contextlib.suppress(KeyboardInterrupt):
+            print(f"compactor-mcp: serving MCP over streamable HTTP at {http_url(sock)}", file=sys.stderr,
+                  flush=True)
+            anyio.run(serve_http, server, sock, host)
     return 0
 
 
