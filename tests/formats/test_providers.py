@@ -225,5 +225,23 @@ def test_tokens_count_what_each_format_carries() -> None:
     translation = to_chat(responses_history(1), "responses", COUNTER)
     assert [item["type"] for _, item in translation.opaque] == ["compaction", "web_search_call"]
     assert translation.opaque_tokens >= 366 // 3  # the encrypted payload, estimated on the high side
-    assert [m["role"] for m in translation.messages] == ["developer", "user", "assistant", "tool", "assistant",
-                                                        "user"]
+    roles = [m["role"] for m in translation.messages]
+    assert roles == ["developer", "user", "assistant", "tool", "assistant", "user"]
+
+
+@pytest.mark.parametrize("make", [anthropic_history, responses_history], ids=["anthropic", "responses"])
+def test_compact_messages_summarises_in_the_history_s_own_format(make: Any) -> None:
+    history = make(60)
+    out = compactor.compact_messages(history, 2_500, keep_last=2, tiers=("summary",))
+    wire = wire_of(history)
+    assert out.report["format"] == wire and out.summary and out.dropped_ids
+    if wire == "anthropic":
+        anthropic_valid(out)
+        assert out[-1] == history[-1]
+    else:
+        responses_valid(out)
+        assert wire_of(out) == "responses" and out[-2:] == history[-2:]
+        assert [i for i in out if i.get("type") in ("compaction", "web_search_call")] == \
+            [i for i in history if i.get("type") in ("compaction", "web_search_call")]
+    assert out.report["output_tokens"] <= 2_500
+    assert compactor.expand(out.dropped_ids[:1], out.store)
