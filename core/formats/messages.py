@@ -6,6 +6,8 @@ Three wire formats are read: OpenAI chat (`tool_calls` on assistant messages, `t
 `units` groups an assistant message with the results that answer its calls, so a compactor can keep
 or drop a call and its results only together. A message keeps its original mapping in `raw`, and
 `to_dict` gives that mapping back unchanged: a message kept verbatim is byte-identical on the wire.
+Anthropic Messages lists are read as they are (content blocks); OpenAI Responses items go through
+`compactor.formats.providers`, which makes chat-shaped stand-ins of them and writes results back.
 """
 
 from __future__ import annotations

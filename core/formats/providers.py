@@ -296,6 +296,20 @@ def _strings(value: Any) -> Iterable[str]:
             yield from _strings(item)
 
 
+def tool_in(tool: Mapping[str, Any], wire: Wire) -> dict[str, Any]:
+    """A Chat Completions function tool (such as `compactor.EXPAND_TOOL`) as `wire` declares tools:
+    Anthropic's `{name, description, input_schema}`, Responses' flat `{type: function, name, ...}`."""
+    function = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+    assert isinstance(function, Mapping)
+    if wire == "chat":
+        return copy.deepcopy(dict(tool))
+    schema = copy.deepcopy(function.get("parameters") or {"type": "object", "properties": {}})
+    name, description = function["name"], function.get("description", "")
+    if wire == "anthropic":
+        return {"name": name, "description": description, "input_schema": schema}
+    return {"type": "function", "name": name, "description": description, "parameters": schema}
+
+
 # -- Anthropic Messages ----------------------------------------------------------------------------
 
 

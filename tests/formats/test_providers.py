@@ -12,7 +12,7 @@ import pytest
 import compactor
 from compactor.apps.auto import AutoCompactor
 from compactor.formats.messages import message_tokens, read_messages
-from compactor.formats.providers import to_chat, wire_of
+from compactor.formats.providers import to_chat, tool_in, wire_of
 from compactor.text.tokens import get_counter
 
 COUNTER = get_counter("cl100k_base")
@@ -245,3 +245,12 @@ def test_compact_messages_summarises_in_the_history_s_own_format(make: Any) -> N
             [i for i in history if i.get("type") in ("compaction", "web_search_call")]
     assert out.report["output_tokens"] <= 2_500
     assert compactor.expand(out.dropped_ids[:1], out.store)
+
+
+def test_the_expand_tool_is_declared_in_each_format() -> None:
+    assert tool_in(compactor.EXPAND_TOOL, "chat") == compactor.EXPAND_TOOL
+    anthropic = tool_in(compactor.EXPAND_TOOL, "anthropic")
+    assert anthropic["name"] == "expand_context" and anthropic["input_schema"]["required"] == ["ids"]
+    responses = tool_in(compactor.EXPAND_TOOL, "responses")
+    assert responses["type"] == "function" and responses["parameters"] == anthropic["input_schema"]
+    assert set(responses) == {"type", "name", "description", "parameters"}
