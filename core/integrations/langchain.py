@@ -22,7 +22,6 @@ Needs the extra: `pip install "compactor[langchain]"` (langchain, langchain-core
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import hashlib
@@ -56,15 +55,14 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from compactor.apps.auto import AutoCompactor, AutoCounters
-from compactor.apps.common import llm_mapping, pipeline_for
-from compactor.apps.conversation import CompactedMessages, compact_messages, count_message_tokens
+from compactor.apps.auto import PASSED_ON, AutoCompactor, AutoCounters
+from compactor.apps.common import in_worker, llm_mapping, pipeline_for, refuse_unknown
+from compactor.apps.conversation import CompactedMessages, count_message_tokens
 from compactor.apps.overflow import compact_for_retry, is_context_overflow
 from compactor.apps.pins import pin_slots
 from compactor.apps.tools import EXPAND_TOOL, EXPAND_TOOL_NAME
-from compactor.components import unknown_parameter
 from compactor.document import Context, Segment, Source
-from compactor.errors import CompactorError, InputError
+from compactor.errors import CompactorError
 from compactor.formats.clearing import REDUCED_MARK, STUB_MARK
 from compactor.formats.compaction import same_turn
 from compactor.formats.messages import TOKENS_PER_REPLY, messages_tokens, read_messages, to_dict, units
@@ -99,21 +97,11 @@ PROFILE_NEEDED = ("Model profile information is required to use fractional token
                   "counts instead, or pass "
                   '`\n\nChatModel(..., profile={"max_input_tokens": ...})`.\n\n'
                   "with a desired integer value of the model's maximum input tokens.")
-_SKIPPED = {"self", "options", "messages", "budget", "store", "session", "fit", "restore"}
 #: The keywords an `AutoCompactor` takes: its own and those it passes to `compact_messages`.
-AUTO_KEYWORDS = frozenset(
-    name for fn in (AutoCompactor.__init__, compact_messages)
-    for name in inspect.signature(fn).parameters if name not in _SKIPPED) | {"store", "session"}
+AUTO_KEYWORDS = PASSED_ON | (frozenset(inspect.signature(AutoCompactor.__init__).parameters)
+                             - {"self", "options"})
 _MIDDLEWARE_KEYWORDS = frozenset({"model", "trigger", "keep", "token_counter", "window", "auto"})
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+")
-
-
-def check_keywords(face: str, given: Mapping[str, Any], allowed: frozenset[str]) -> None:
-    """Refuse a keyword `face` does not take, at construction (not at the first compaction), with
-    the closest name it does take."""
-    for key in given:
-        if key not in allowed:
-            raise InputError(unknown_parameter(face, key, sorted(allowed)))
 
 
 # -- retrievers -------------------------------------------------------------------------------------
@@ -152,7 +140,9 @@ class CompactorCompressor(BaseDocumentCompressor):
     _runner: Any = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
-        check_keywords("CompactorCompressor", data, frozenset(type(self).model_fields))
+        fields = type(self).model_fields
+        unknown = {key: value for key, value in data.items() if key not in fields}
+        refuse_unknown("CompactorCompressor", unknown, sorted(fields))
         super().__init__(**data)
 
     def model_post_init(self, context: Any, /) -> None:
@@ -344,7 +334,8 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
             if window is not None:
                 raise TypeError("give the window once: CompactorMiddleware(window=...)")
             model, window = None, model
-        check_keywords("CompactorMiddleware", settings, AUTO_KEYWORDS | _MIDDLEWARE_KEYWORDS)
+        refuse_unknown("CompactorMiddleware", {k: v for k, v in settings.items() if k not in AUTO_KEYWORDS},
+                       sorted(AUTO_KEYWORDS | _MIDDLEWARE_KEYWORDS))
         chat_model = init_chat_model(model) if isinstance(model, str) else model
         self.model = chat_model
         self.token_counter = token_counter
@@ -417,7 +408,7 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
 
     async def abefore_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """As `before_model`, in a worker thread: the event loop goes on while it compacts."""
-        return await asyncio.to_thread(self.before_model, state, runtime)
+        return await in_worker(self.before_model, state, runtime)
 
     def _due(self, messages: Sequence[BaseMessage], tokens: int) -> bool:
         """Whether the trigger is met: past the compactor's trigger (`tokens`, overhead included),
@@ -468,7 +459,7 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
     async def awrap_model_call(self, request: ModelRequest[Any],
                                handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
                                ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
-        """As `wrap_model_call`."""
+        """As `wrap_model_call`; the retry's compaction runs in a worker thread."""
         overhead = self._measure(request)
         try:
             return await handler(request)
@@ -476,8 +467,8 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
             if not is_context_overflow(exc):
                 raise
             failure = exc
-            # a compactor error carries the overflow as its context
-            retry = self._overflow_retry(request, exc, overhead)
+            # a compactor error carries the overflow as its context; the compaction in a worker
+            retry = await in_worker(self._overflow_retry, request, exc, overhead)
         if retry is None:
             raise failure
         return self._with_state(request, retry, await handler(retry))

@@ -4,8 +4,8 @@
     >>> from compactor.integrations.openai_agents import CompactorSession
     >>> session = CompactorSession("user-42", window=128_000, reserve=16_000,
     ...                            items="agent.db", store="compactor.db")
-    >>> agent = Agent(name="support", tools=[get_order, session.expand_tool()])
-    >>> await Runner.run(agent, "Refund order #W1003", session=session)
+    >>> agent = session.bind(Agent(name="support", tools=[get_order, session.expand_tool()]))
+    >>> await Runner.run(agent, "Refund order #W1003", session=session)   # every request under the trigger
 
 `CompactorSession` implements the SDK's `Session` protocol. Every item the runner adds is stored as
 it came, in an SDK session (`items=`: the SDK's own `SQLiteSession` by default, a file path for
@@ -26,6 +26,11 @@ message, once each. The compacted view is a checkpoint in the compactor store
 (`store=`: a SQLite path, a `ChunkStore`, or memory), so the next compaction summarises the earlier
 summary with the new items, and every id any summary cited stays expandable: `expand_tool()` is the
 `expand_context` function tool for the agent, bound to that store.
+
+`session.bind(agent)` makes a plain `Runner.run(agent, input, session=session)` hold the budget
+before every model call of a run too: the agent's hooks compact the request's input in place,
+counting the instructions and the tool, handoff and output schemas measured from the agent (the
+session alone never sees them). `run_config=session.run_config()` does the same for an unbound agent.
 """
 
 from __future__ import annotations
@@ -61,12 +66,12 @@ except ImportError as exc:  # the extra is optional
     raise ImportError("compactor.integrations.openai_agents needs the OpenAI Agents SDK: "
                       "pip install 'compactor[agents]'") from exc
 
-from compactor.apps.auto import AutoCompactor, AutoCounters
-from compactor.apps.conversation import CompactedMessages, compact_messages
+from compactor.apps.auto import PASSED_ON, AutoCompactor, AutoCounters
+from compactor.apps.common import refuse_unknown
+from compactor.apps.conversation import CompactedMessages
 from compactor.apps.pins import pin_slots
 from compactor.apps.tools import EXPAND_TOOL, EXPAND_TOOL_NAME, handle_expand_call
-from compactor.components import unknown_parameter
-from compactor.errors import CompactorError, InputError
+from compactor.errors import CompactorError
 from compactor.formats.clearing import REDUCED_MARK, STUB_MARK
 from compactor.formats.compaction import same_turn
 from compactor.store import Batch, ChunkStore
@@ -86,13 +91,10 @@ CHECKPOINT_KEY = "openai_agents_view"
 _META = ("type", "id", "status", "call_id", "name", "arguments", "provider_data")
 _TIER_MARKS = (STUB_MARK, REDUCED_MARK)
 _SUMMARY, _PIN = "summary", "pin"  # what a message of a compaction stands for, when not a kept message
-_SKIPPED = {"self", "options", "messages", "budget", "store", "session", "fit", "restore"}
 #: The keywords a `CompactorSession` takes: its own, and an `AutoCompactor`'s (with those it
-#: passes on to `compact_messages`).
-SESSION_KEYWORDS = frozenset(
-    name for fn in (AutoCompactor.__init__, compact_messages)
-    for name in inspect.signature(fn).parameters if name not in _SKIPPED) | {
-    "session_id", "window", "items", "store", "session_settings"}
+#: passes on to `compact_messages`) but the store session, which the session id names.
+SESSION_KEYWORDS = PASSED_ON | (frozenset(inspect.signature(AutoCompactor.__init__).parameters)
+                                - {"self", "options", "session"}) | {"items", "session_settings"}
 
 
 class CompactorSession(AutoCounters):
@@ -116,9 +118,8 @@ class CompactorSession(AutoCounters):
     def __init__(self, session_id: str, *, window: int, items: Session | str | Path | None = None,
                  store: str | ChunkStore | None = None,
                  session_settings: SessionSettings | None = None, **options: Any) -> None:
-        for key in options:  # refused here, not at the first compaction
-            if key not in SESSION_KEYWORDS:
-                raise InputError(unknown_parameter("CompactorSession", key, sorted(SESSION_KEYWORDS)))
+        refuse_unknown("CompactorSession", {k: v for k, v in options.items() if k not in SESSION_KEYWORDS},
+                       sorted(SESSION_KEYWORDS | {"session_id"}))
         self.session_id = session_id
         self.session_settings = session_settings
         if items is None or isinstance(items, str | Path):

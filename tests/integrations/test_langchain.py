@@ -593,13 +593,13 @@ def test_an_agent_under_a_tokens_trigger_keeps_every_later_request_under_it() ->
 
 
 def test_every_face_refuses_an_unknown_keyword_at_construction() -> None:
-    with pytest.raises(compactor.InputError, match=r"CompactorMiddleware has no parameter 'keep_lst'\. "
-                                                   r"Did you mean 'keep_last'"):
+    with pytest.raises(compactor.InputError, match="CompactorMiddleware: keep_lst: unknown option; "
+                                                   "did you mean keep_last"):
         CompactorMiddleware(window=8000, keep_lst=6)
-    with pytest.raises(compactor.InputError, match="Did you mean 'token_counter'"):
+    with pytest.raises(compactor.InputError, match="did you mean token_counter"):
         CompactorMiddleware(window=8000, token_count=len)
-    with pytest.raises(compactor.InputError, match=r"CompactorCompressor has no parameter 'budgett'\. "
-                                                   r"Did you mean 'budget'"):
+    with pytest.raises(compactor.InputError, match="CompactorCompressor: budgett: unknown option; "
+                                                   "did you mean budget"):
         CompactorCompressor(budgett=100)
     assert CompactorMiddleware(window=8000, keep_last=6, exclude_tools=["x"]).auto.window == 8000
 
