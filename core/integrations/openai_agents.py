@@ -104,11 +104,13 @@ class CompactorSession(AutoCounters):
     items are stored: None (an in-memory `SQLiteSession`), a path (a `SQLiteSession` file), or any
     SDK `Session`. `store`: the compactor chunk store for summarised originals and the compacted
     view (None: memory; a path: a SQLite file). `window`, `reserve`, `trigger`, `target`,
-    `tools_tokens`, `keep_last` and every other keyword go to `AutoCompactor`; count the agent's
-    instructions and tool schemas in `tools_tokens` (or in `reserve`) since they are sent outside
-    the session. `tiers=compactor.TIERS` clears and reduces old tool outputs before any summary
+    `tools_tokens`, `keep_last` and every other keyword go to `AutoCompactor` (an unknown one is
+    an `InputError` naming the closest). The agent's instructions and tool schemas are sent
+    outside the session: `bind(agent)` measures them from the agent (`tools_tokens` is then a
+    floor for the schemas). `tiers=compactor.TIERS` clears and reduces old tool outputs before any summary
     (the sent items carry the stubs; the stored ones stay whole); `stats()["tiers"]` says which
-    tiers the last compaction used. The budget holds at the start of each run; to hold it before
+    tiers the last compaction used. The budget holds at the start of each run; with `bind(agent)`
+    before every model call of a plain `Runner.run` too; for an unbound agent, to hold it before
     every model call of a run too (a run of many tool calls), run with
     `run_config=session.run_config()` (its `call_model_input_filter` is `input_filter`). A
     `session_settings` with a `limit` makes the runner read `get_items(limit)`, the latest stored
