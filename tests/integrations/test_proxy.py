@@ -5,6 +5,7 @@ clients pointed at the proxy. Skipped without the `proxy` extra."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import logging
 import re
@@ -24,7 +25,7 @@ import httpx
 import openai
 import uvicorn
 
-from compactor import count_message_tokens
+from compactor import AutoCompactor, count_message_tokens
 from compactor.integrations.proxy import create_app, main
 
 from ..upstream_server import Answer, FakeUpstream, Recorded, answer
@@ -135,6 +136,65 @@ def valid_tool_pairs(messages: list[dict[str, Any]]) -> bool:
     return called == answered
 
 
+def anthropic_history(task: str = "Check my orders and refund #W1003.", turns: int = 40) -> list[Any]:
+    """The same agent in Anthropic Messages: tool_use blocks, their tool_result blocks, a question."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
+    for i in range(turns):
+        messages += [{"role": "assistant", "content": [
+                         {"type": "text", "text": f"Looking up #W{1000 + i}."},
+                         {"type": "tool_use", "id": f"tu{i}", "name": "get_order",
+                          "input": {"order_id": f"#W{1000 + i}"}}]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"tu{i}",
+                                                   "content": order(i)}]}]
+    messages += [{"role": "assistant", "content": "I have read them all."},
+                 {"role": "user", "content": "Which of those orders are still pending?"}]
+    return messages
+
+
+def responses_history(task: str = "Check my orders and refund #W1003.", turns: int = 40) -> list[Any]:
+    """The same agent as Responses input items: function_call and function_call_output items."""
+    items: list[dict[str, Any]] = [{"role": "user", "content": task}]
+    for i in range(turns):
+        items += [{"type": "function_call", "call_id": f"c{i}", "name": "get_order",
+                   "arguments": json.dumps({"order_id": f"#W{1000 + i}"})},
+                  {"type": "function_call_output", "call_id": f"c{i}", "output": order(i)}]
+    items.append({"role": "user", "content": "Which of those orders are still pending?"})
+    return items
+
+
+def anthropic_pairs_valid(messages: list[dict[str, Any]]) -> bool:
+    """Every tool_use is answered by a tool_result in the next turn, and every result answers one."""
+    for before, after in zip([{"content": []}, *messages], [*messages, {"content": []}], strict=True):
+        asked = {b["id"] for b in _blocks(before) if b.get("type") == "tool_use"}
+        answered = {b["tool_use_id"] for b in _blocks(after) if b.get("type") == "tool_result"}
+        if asked != answered:
+            return False
+    return True
+
+
+def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+def responses_pairs_valid(items: list[dict[str, Any]]) -> bool:
+    """Every function_call_output follows its function_call, and every call has its output."""
+    called: set[str] = set()
+    answered: set[str] = set()
+    for item in items:
+        if item.get("type") == "function_call":
+            called.add(item["call_id"])
+        elif item.get("type") == "function_call_output":
+            if item["call_id"] not in called:
+                return False
+            answered.add(item["call_id"])
+    return called == answered
+
+
+def history_tokens(items: list[Any], fmt: str) -> int:
+    return AutoCompactor(window=WINDOW, trigger=TRIGGER, record=False).tokens(items, format=fmt)
+
+
 def test_small_requests_go_upstream_byte_for_byte(serve: Callable[..., Served],
                                                   upstream: FakeUpstream) -> None:
     served = serve()
@@ -174,6 +234,46 @@ def test_a_long_chat_history_arrives_compacted_under_the_trigger(
     assert valid_tool_pairs(sent)
     assert "expand_context" not in json.dumps(sent)  # the model has no expand tool
     assert re.search(r"[0-9a-f]{16}-\d{4}", json.dumps(sent))  # the ids are listed all the same
+
+
+def test_a_long_anthropic_history_arrives_compacted_in_its_own_format(
+        serve: Callable[..., Served], upstream: FakeUpstream) -> None:
+    served = serve()
+    history = anthropic_history()
+    system = "You are a support agent."
+    assert history_tokens(history, "anthropic") > 2 * TRIGGER
+    message = anthropic_client(served).messages.create(model="m", max_tokens=100, system=system,
+                                                       messages=history)  # type: ignore[arg-type]
+    assert message.content[0].text == "ok"  # type: ignore[union-attr]
+    sent = upstream.bodies("/v1/messages")[-1]
+    assert sent["system"] == system and sent["max_tokens"] == 100
+    messages = sent["messages"]
+    assert history_tokens(messages, "anthropic") <= TRIGGER
+    assert messages[-1] == history[-1]
+    opening = messages[0]["content"]  # the task, with the summary after it in the same user turn
+    task = history[0]["content"]
+    assert messages[0]["role"] == "user" and (opening == task or opening[0] == {"type": "text", "text": task})
+    assert all(m["role"] in ("user", "assistant") for m in messages)
+    assert all(a["role"] != b["role"] for a, b in itertools.pairwise(messages))
+    assert anthropic_pairs_valid(messages)
+    assert "expand_context" not in json.dumps(messages)
+
+
+def test_a_long_responses_history_arrives_compacted_in_its_own_format(
+        serve: Callable[..., Served], upstream: FakeUpstream) -> None:
+    served = serve()
+    history = responses_history()
+    assert history_tokens(history, "responses") > 2 * TRIGGER
+    response = openai_client(served).responses.create(model="m", instructions="You are a support agent.",
+                                                      input=history)  # type: ignore[arg-type]
+    assert response.output_text == "ok"
+    sent = upstream.bodies("/v1/responses")[-1]
+    assert sent["instructions"] == "You are a support agent."
+    items = sent["input"]
+    assert history_tokens(items, "responses") <= TRIGGER
+    assert items[-1] == history[-1] and items[0] == history[0]
+    assert responses_pairs_valid(items)
+    assert "expand_context" not in json.dumps(items)
 
 
 def test_conversations_keep_separate_state(serve: Callable[..., Served], upstream: FakeUpstream) -> None:
@@ -321,27 +421,82 @@ def expand_script(final: str, calls: list[Recorded]) -> Callable[[Recorded], Ans
     return respond
 
 
-def test_expand_tool_round_trip_chat(serve: Callable[..., Served], upstream: FakeUpstream) -> None:
+HISTORIES: dict[str, Callable[[], list[Any]]] = {
+    "chat": chat_history, "anthropic": anthropic_history, "responses": responses_history}
+PATHS = {"chat": CHAT, "anthropic": "/v1/messages", "responses": "/v1/responses"}
+
+
+def ask(api: str, served: Served, history: list[Any], stream: bool) -> str:
+    """Send `history` with the API's own client; the text of the reply the client read (a tool
+    call in it fails the test)."""
+    if api == "anthropic":
+        client = anthropic_client(served)
+        if stream:
+            with client.messages.stream(model="m", max_tokens=50, messages=history) as events:
+                text = "".join(events.text_stream)
+                final = events.get_final_message()
+        else:
+            final = client.messages.create(model="m", max_tokens=50, messages=history)
+            text = "".join(getattr(b, "text", "") for b in final.content)
+        assert [b.type for b in final.content] == ["text"]
+        return text
+    if api == "responses":
+        if stream:
+            events = list(openai_client(served).responses.create(model="m", input=history, stream=True))
+            assert not any("function_call" in e.type for e in events)
+            return "".join(getattr(e, "delta", "") for e in events if e.type == "response.output_text.delta")
+        response = openai_client(served).responses.create(model="m", input=history)
+        assert [o.type for o in response.output] == ["message"]
+        return response.output_text
+    if stream:
+        chunks = list(openai_client(served).chat.completions.create(model="m", messages=history, stream=True))
+        assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+        return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    reply = openai_client(served).chat.completions.create(model="m", messages=history)
+    assert not reply.choices[0].message.tool_calls
+    return reply.choices[0].message.content or ""
+
+
+def tool_names(api: str, body: dict[str, Any]) -> list[str]:
+    return [t["function"]["name"] if api == "chat" else t["name"] for t in body.get("tools", [])]
+
+
+def expand_answer(api: str, body: dict[str, Any]) -> str:
+    """The text of the proxy's answer to the expand call, last in the upstream's second request."""
+    if api == "anthropic":
+        result = body["messages"][-1]["content"][0]
+        assert result["type"] == "tool_result" and result["tool_use_id"] == "call_x"
+        return str(result["content"])
+    if api == "responses":
+        item = body["input"][-1]
+        assert item["type"] == "function_call_output" and item["call_id"] == "call_x"
+        return str(item["output"])
+    message = body["messages"][-1]
+    assert message["role"] == "tool" and message["tool_call_id"] == "call_x"
+    return str(message["content"])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("api", ["chat", "anthropic", "responses"])
+def test_the_proxy_answers_the_expand_tool_itself(serve: Callable[..., Served], upstream: FakeUpstream,
+                                                  api: str, stream: bool) -> None:
     served = serve(expand_tool=True)
     seen: list[Recorded] = []
     upstream.respond = expand_script("#W1000 and #W1003 are pending.", seen)
-    history = chat_history()
-    reply = openai_client(served).chat.completions.create(model="m", messages=history)  # type: ignore[arg-type]
-    assert reply.choices[0].message.content == "#W1000 and #W1003 are pending."
-    assert not reply.choices[0].message.tool_calls
-    assert len(seen) == 2
+    assert ask(api, served, HISTORIES[api](), stream) == "#W1000 and #W1003 are pending."
+    assert len(seen) == 2 and all(r.path == PATHS[api] for r in seen)
     first, second = seen[0].json, seen[1].json
-    assert [t["function"]["name"] for t in first["tools"]] == ["expand_context"]
-    assert count_message_tokens(first["messages"]) <= TRIGGER
-    answered = second["messages"][-1]
-    assert answered["role"] == "tool" and answered["tool_call_id"] == "call_x"
-    assert "marker-000" not in json.dumps(first) and "marker-000" in answered["content"]  # an original back
-    # streamed: the rounds are read whole and the final stream relayed
-    seen.clear()
-    stream = openai_client(served).chat.completions.create(
-        model="m", messages=[*history, {"role": "user", "content": "And now?"}], stream=True)  # type: ignore[arg-type]
-    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream)
-    assert text == "#W1000 and #W1003 are pending." and len(seen) == 2
+    assert tool_names(api, first) == ["expand_context"] == tool_names(api, second)
+    assert "marker-000" not in json.dumps(first)
+    assert "marker-000" in expand_answer(api, second)  # an original the compacted history had left out
+
+
+def test_a_small_request_with_the_expand_tool_on_is_still_sent_as_it_came(
+        serve: Callable[..., Served], upstream: FakeUpstream) -> None:
+    served = serve(expand_tool=True)
+    raw = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+    assert httpx.post(served.root + CHAT, content=raw).json()["choices"][0]["message"]["content"] == "ok"
+    assert upstream.requests[-1].body == raw
 
 
 def test_the_console_script_refuses_bad_settings(capsys: pytest.CaptureFixture[str]) -> None:
