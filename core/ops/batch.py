@@ -29,13 +29,16 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from compactor.errors import CompactorError, InputError
+from compactor.ops.progress import BatchProgress, count_records
 
 Executor = Literal["serial", "local", "dask"]
 
 
 @dataclass(slots=True)
 class BatchStats:
-    """What a batch run did."""
+    """What a batch run did. `bytes_in` is every byte read (skipped records too), `bytes_done` only
+    those of the documents this run computed; `slots` is how many documents the executor runs at once
+    (a Dask cluster's worker threads) and `window` how many were let in flight."""
 
     read: int = 0
     skipped: int = 0
@@ -43,6 +46,9 @@ class BatchStats:
     failed: int = 0
     seconds: float = 0.0
     bytes_in: int = 0
+    bytes_done: int = 0
+    slots: int = 0
+    window: int = 0
     interrupted: bool = False
     errors: list[str] = field(default_factory=list)
 
@@ -79,7 +85,8 @@ def run_document(pipeline: tuple[str, ...], record: Mapping[str, Any], line: int
         source = record_source(Item(record, where, f"{name}#{line}"), whole=True)
         query, budget = run_options({**(defaults or {}), **record}, where)
         context = runner.run([source], query=query, budget=budget, output_format=output_format)
-        return {"id": doc_id, "ok": True, "output": context.output,
+        fmt = output_format or runner.spec.output["format"]
+        return {"id": doc_id, "ok": True, "output": _output(context.output, fmt),
                 "input_tokens": context.input_tokens, "output_tokens": context.output_tokens,
                 "seconds": round(time.perf_counter() - started, 6)}
     except CompactorError as exc:
@@ -88,6 +95,14 @@ def run_document(pipeline: tuple[str, ...], record: Mapping[str, Any], line: int
     except Exception as exc:  # one broken document must not stop a million others
         return {"id": doc_id, "ok": False, "error": f"{type(exc).__name__}: {exc}",
                 "seconds": round(time.perf_counter() - started, 6)}
+
+
+def _output(text: str | None, fmt: str) -> Any:
+    """A JSON output (`json`, `messages`) as the value it is, so a result line holds one object and
+    not JSON nested in a string; any other format as its text."""
+    if fmt in ("json", "messages") and text:
+        return json.loads(text)
+    return text
 
 
 # -- reading and resuming --------------------------------------------------------------------------
@@ -143,6 +158,9 @@ def read_corpus(path: Path, stats: BatchStats) -> Iterator[tuple[int, dict[str, 
             if len(raw) > limit:
                 raise InputError(f"{name}:{number}: the record is larger than {limit:,} bytes, the most "
                                  f"compactor reads at once (set {INPUT_LIMIT_ENV} to change it)")
+            if number == 1 and b"\x00" in raw[:8192]:
+                raise InputError(f"{name}: looks like a binary file (NUL bytes); a corpus is JSON Lines, "
+                                 "one record per line")
             if not raw.strip():
                 continue
             try:
@@ -160,6 +178,8 @@ def read_corpus(path: Path, stats: BatchStats) -> Iterator[tuple[int, dict[str, 
 
 
 class _Serial:
+    slots = 1
+
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
         future: Future[Any] = Future()
         future.set_result(fn(*args))
@@ -265,6 +285,16 @@ class _Dask:
                                         dashboard_address="127.0.0.1:0",
                                         scheduler_kwargs={"dashboard": False})
             self.client = Client(self.cluster)
+        self.slots = self._threads(workers)
+
+    def _threads(self, fallback: int) -> int:
+        """How many tasks the cluster runs at once: its workers' threads (which can be more or
+        fewer than this machine's cores), waiting briefly for a first worker to join."""
+        try:
+            self.client.wait_for_workers(1, timeout=30)
+        except TimeoutError:  # no worker yet: tasks wait for one, sized as asked
+            return fallback
+        return max(sum(self.client.nthreads().values()), 1)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
         return self.client.submit(fn, *args, pure=False, retries=3)
@@ -283,20 +313,26 @@ def _executor(kind: Executor, workers: int, scheduler: str | None) -> Any:
     return _process_pool(workers)
 
 
+def _slots(pool: Any, workers: int) -> int:
+    """Documents the executor runs at once: a process pool's processes, a Dask cluster's threads."""
+    return int(getattr(pool, "slots", workers))
+
+
 def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, executor: Executor = "local",
               workers: int | None = None, scheduler: str | None = None, window: int | None = None,
               output_format: str | None = None, query: str | None = None, budget: int | None = None,
-              runs: str | None = None, progress: TextIO | None = None) -> BatchStats:
+              runs: str | None = None, progress: TextIO | None = None, live: bool = True) -> BatchStats:
     """Run the pipeline over every record of `corpus` not yet in `out`, appending results in input
     order (`runs`: a SQLite store where every document's run is recorded, `compactor.ops.monitor`).
-    At most `window` documents (default 4 per worker) are in flight or waiting to be
-    written, whatever the corpus size. A process-pool worker that dies is replaced and its
-    documents run again (up to 3 times); Dask does the same for its workers."""
+    At most `window` documents (default 4 per slot: a pool process or a Dask worker thread) are in
+    flight or waiting to be written, whatever the corpus size. A process-pool worker that dies is
+    replaced and its documents run again (up to 3 times); Dask does the same for its workers.
+    `progress`: where progress goes (`compactor.ops.progress`: a bar on a terminal, else plain lines;
+    with `live` False only the summary line)."""
     from compactor.pipeline import Pipeline
 
     Pipeline.from_string(pipeline_text, file=label)  # configuration errors before any work
     workers = workers or os.cpu_count() or 1
-    window = window or 4 * workers
     stats = BatchStats()
     defaults = {k: v for k, v in (("query", query), ("budget", budget)) if v is not None}
     name = "<stdin>" if str(corpus) == "-" else str(corpus)
@@ -307,12 +343,19 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
         seen: dict[str, int] = {}
         started = time.perf_counter()
         pool = _executor(executor, workers, scheduler)
+        stats.slots = _slots(pool, workers)
+        window = stats.window = window or 4 * stats.slots
+        # after the executor is up (a Dask cluster takes seconds to start): rates count work only
+        shown = None if progress is None else BatchProgress(progress, count_records(corpus) if live else None,
+                                                           live=live)
         pending: dict[Any, tuple[int, tuple[Any, ...]]] = {}
         ready: dict[int, dict[str, Any]] = {}
+        sizes: dict[int, int] = {}  # corpus bytes of each document in flight, for MB/s
         restarts = 0
         next_to_write = 0
         order = 0
-        last_shown = 0.0
+        read_bytes = 0
+        finished = False
 
         def flush() -> None:
             nonlocal next_to_write
@@ -351,6 +394,9 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
                 position, _ = pending.pop(future)
                 ready[position] = result
                 stats.done += 1
+                stats.bytes_done += (size := sizes.pop(position, 0))
+                if shown is not None:
+                    shown.done(size, bool(result.get("ok")))
                 if not result.get("ok"):
                     stats.failed += 1
                     if len(stats.errors) < 20:
@@ -360,10 +406,13 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
         try:
             for number, record in read_corpus(corpus, stats):
                 stats.read += 1
+                size, read_bytes = stats.bytes_in - read_bytes, stats.bytes_in
                 doc_id = record.get("id", f"line-{number}")
                 key = id_key(doc_id)
                 if key in skip:
                     stats.skipped += 1
+                    if shown is not None:
+                        shown.skip()
                     continue
                 if key in seen:
                     record = {"id": doc_id, "_error": f"{name}:{number}: duplicate id (first on line "
@@ -371,17 +420,18 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
                 seen.setdefault(key, number)
                 args = ((pipeline_text, label, runs), record, number, output_format, defaults, name)
                 pending[pool.submit(run_document, *args)] = (order, args)
+                sizes[order] = size
                 order += 1
                 while len(pending) + len(ready) >= window:  # finished results wait for slow ones
                     collect(block=True)
                 collect(block=False)
-                if progress is not None and time.perf_counter() - last_shown > 1.0:
-                    last_shown = time.perf_counter()
-                    _show(progress, stats, last_shown - started)
             while pending:
                 collect(block=True)
+            if not stats.read:
+                raise InputError(f"{name}: the corpus is empty: no records (one JSON object per line)")
+            finished = True
         except KeyboardInterrupt:
-            stats.interrupted = True
+            stats.interrupted = finished = True
             for future in pending:
                 future.cancel()
         finally:
@@ -390,9 +440,9 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
                 pool.shutdown(wait=not stats.interrupted, cancel_futures=True)
             else:
                 pool.close()
+            if shown is not None:  # the summary line only for a run that did not fail
+                shown.close(stats.interrupted, summary=finished)
     stats.seconds = time.perf_counter() - started
-    if progress is not None:
-        _show(progress, stats, stats.seconds, end="\n")
     return stats
 
 
@@ -410,10 +460,3 @@ def _lock(sink: TextIO, out: Path) -> None:
         fcntl.lockf(sink.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         raise InputError(f"{out}: another compactor-run is writing to this file") from None
-
-
-def _show(stream: TextIO, stats: BatchStats, seconds: float, end: str = "") -> None:
-    rate = stats.done / seconds if seconds > 0 else 0.0
-    stream.write(f"\rcompactor-run: {stats.done} done ({stats.failed} failed), {stats.skipped} skipped, "
-                 f"{rate:.1f} docs/s, {stats.bytes_in / 1e6 / max(seconds, 1e-9):.2f} MB/s{end}")
-    stream.flush()

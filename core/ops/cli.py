@@ -13,15 +13,14 @@ import stat
 import sys
 import tempfile
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
 
 from compactor.apps.common import check_overrides
 from compactor.apps.compacter import ContextCompacter, fact_to_dict
 from compactor.apps.tools import expand
 from compactor.components import score_label
-from compactor.document import Budget, Context
+from compactor.document import Budget, Context, Source
 from compactor.errors import CompactorError, ConfigError, InputError
 from compactor.formats.records import read_paths
 from compactor.formats.system_prompt import system_records
@@ -29,6 +28,7 @@ from compactor.llm.client import LLMSettings, describe_key, redact_text
 from compactor.ops.batch import run_batch
 from compactor.ops.cli_parser import DEFAULT_STORE, build_parser
 from compactor.ops.monitor import prometheus_text, record_runs, rolling_stats, stats_text
+from compactor.ops.progress import StepProgress, wanted
 from compactor.ops.report import html_report
 from compactor.pipeline import Pipeline, read_pipeline_text
 from compactor.registry import build_registry
@@ -44,11 +44,16 @@ class _StderrWarnings(logging.Handler):
         super().__init__(logging.WARNING)
         self.quiet = quiet
         self.shown: set[str] = set()
+        self.progress: StepProgress | None = None  # a bar on screen: the warning goes above it
 
     def emit(self, record: logging.LogRecord) -> None:
         message = _shown(record.getMessage().removeprefix("compactor: "))
         self.shown.add(message)
-        if not self.quiet:
+        if self.quiet:
+            return
+        if self.progress is not None:
+            self.progress.write(f"compactor-run: warning: {message}")
+        else:
             print(f"compactor-run: warning: {message}", file=sys.stderr)
 
 
@@ -112,6 +117,16 @@ def _run(args: argparse.Namespace) -> int:
         return 1
 
 
+def _check_single_run(args: argparse.Namespace) -> None:
+    """Batch options without --out are refused: without it the inputs would be compressed as one
+    input, on this machine, whatever the cluster was meant to do."""
+    given = [o for o, on in (("--scheduler", args.scheduler), ("--executor", args.executor != "local"),
+                             ("--workers", args.workers is not None)) if on]
+    if given:
+        raise ConfigError(f"{' and '.join(given)} run batch mode: give --out FILE (a JSONL file the "
+                          "results are appended to, one per corpus record)")
+
+
 def _check_targets(args: argparse.Namespace) -> None:
     """Files the run will write must have a folder to go to: said before any work, not after."""
     for option, value in (("-o/--output", args.output), ("--report", args.report),
@@ -149,6 +164,7 @@ def _main(args: argparse.Namespace) -> int:
                           "try `compactor-run generic page.html --budget 500`")
     if args.out:
         return _batch_main(args)
+    _check_single_run(args)
     pipeline = Pipeline.from_yaml(args.pipeline)
     conversation = pipeline.spec.provides(CompactionPlan)  # a history compressor
     strategy = pipeline.spec.provides(Knowledge)  # a search strategy
@@ -166,8 +182,7 @@ def _main(args: argparse.Namespace) -> int:
         return 0
     if args.budget is not None and args.budget <= 0:
         raise ConfigError("--budget must be a positive number of tokens")
-    sources = read_paths(args.inputs or ["-"])
-    progress = _progress_printer(sys.stderr) if not args.quiet and sys.stderr.isatty() else None
+    sources = _read_inputs(args.inputs)
     options = {k: v for k, v in (("keep_last", args.keep_last), ("role", args.role), ("kind", args.kind),
                                  ("focus", args.focus), ("keep_files", args.keep_files),
                                  ("compress_system", args.compress_system or None)) if v is not None}
@@ -195,8 +210,16 @@ def _main(args: argparse.Namespace) -> int:
     store = open_store(args.store or (DEFAULT_STORE if args.session else None)) if conversation else None
     if store is not None and (args.store or args.session):
         record_runs(pipeline, store)  # a conversation's runs go to the store its chunks go to
-    context = pipeline.run(inputs, query=args.query, budget=args.budget, output_format=args.format,
-                           progress=progress, store=store, session=args.session)
+    progress = StepProgress(sys.stderr) if wanted(sys.stderr, args.quiet, args.no_progress) else None
+    _WARNINGS.progress = progress
+    try:
+        context = pipeline.run(inputs, query=args.query, budget=args.budget, output_format=args.format,
+                               progress=progress, store=store, session=args.session)
+    finally:
+        _WARNINGS.progress = None
+        if progress is not None:
+            progress.close()
+    _check_some_text(context)
     if store is not None and (args.store or args.session):
         found = context.state.get(CompactionPlan)
         plans = found.plans if found is not None else {}
@@ -273,7 +296,8 @@ def _batch_main(args: argparse.Namespace) -> int:
     stats = run_batch(text, label, Path(args.inputs[0] if args.inputs else "-"), Path(args.out),
                       executor=args.executor, workers=args.workers, scheduler=args.scheduler,
                       output_format=args.format, query=args.query, budget=args.budget,
-                      runs=str(Path(args.store).resolve()) if args.store else None, progress=show)
+                      runs=str(Path(args.store).resolve()) if args.store else None, progress=show,
+                      live=wanted(sys.stderr, args.quiet, args.no_progress))
     if stats.errors and not args.quiet:
         for error in stats.errors[:5]:
             print(f"compactor-run: failed: {error}", file=sys.stderr)
@@ -300,7 +324,11 @@ def _session_main(args: argparse.Namespace) -> int:
     persistent = store is not None or bool(compacter.pipeline.spec.store.get("path"))
     if persistent:  # each batch's pipeline run is recorded in the session's store
         record_runs(compacter.pipeline, compacter.store)
-    batch = compacter.process_search_results(read_paths(args.inputs or ["-"]))
+    sources = _read_inputs(args.inputs)
+    batch = compacter.process_search_results(sources)
+    if batch["new_pages"] and not batch["chunks"]:  # as _check_some_text, for a search batch
+        names = ", ".join(s.uri or s.title or s.id for s in sources)
+        raise InputError(f"{names}: no text to compress once cleaned (a web page without main text?)")
     if args.report_context:
         text = compacter.reconstruct_report_context(budget=args.budget)
     elif args.format == "json":
@@ -320,6 +348,28 @@ def _session_main(args: argparse.Namespace) -> int:
     if not (text.strip() and (args.format != "json" or compacter.get_checklist_context())):
         return _empty_result(len(batch["quarantined"]))
     return 0
+
+
+def _read_inputs(inputs: list[str]) -> list[Source]:
+    """The inputs' sources; when none has any text, the error names the inputs (the reader's last
+    check sees only sources, so it cannot)."""
+    paths = inputs or ["-"]
+    try:
+        return read_paths(paths)
+    except InputError as exc:
+        if not str(exc).startswith("the input is empty"):
+            raise
+        shown = ", ".join("<stdin>" if p == "-" else p for p in paths)
+        raise InputError(f"{shown}: {exc}") from None
+
+
+def _check_some_text(context: Context) -> None:
+    """An input with no text left once cleaned (an HTML page without main text) is an input error,
+    exit 2 naming it, whichever pipeline ran it: not an empty result (exit 1)."""
+    chunked = any(r.stage == "chunk" and not r.skipped for r in context.reports)
+    if chunked and not any(c.text.strip() for c in context.chunks):
+        names = ", ".join(s.uri or s.title or s.id for s in context.sources)
+        raise InputError(f"{names}: no text to compress once cleaned (a web page without main text?)")
 
 
 def _nothing_kept(context: Context, text: str) -> bool:
@@ -441,17 +491,6 @@ def _write_replacing(path: Path, text: str, mode: int | None) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def _progress_printer(stream: TextIO) -> Callable[[int, int, str], None]:
-    def show(done: int, total: int, label: str) -> None:
-        width = 24
-        filled = int(width * done / max(total, 1))
-        end = "\n" if done >= total else ""
-        stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label:<30}{end}")
-        stream.flush()
-
-    return show
 
 
 def list_plugins() -> str:

@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="batch mode: a process pool over the cores (default), one process, or Dask")
     parser.add_argument("--workers", type=int, metavar="N", help="batch mode: processes or Dask workers")
     parser.add_argument("--scheduler", metavar="ADDRESS",
-                        help="batch mode with --executor dask: an existing cluster (tcp://host:8786)")
+                        help="batch mode with --executor dask: an existing cluster (tcp://host:8786); "
+                        "its workers' threads set how many documents run at once")
     parser.add_argument("--stats", action="store_true", help="show rolling figures of the last 100 runs per "
                         f"pipeline recorded in --store (default {DEFAULT_STORE}) and flag anomalies")
     parser.add_argument("--metrics-file", metavar="FILE",
@@ -94,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="list every component with its stage, version and parameters")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     parser.add_argument("--quiet", action="store_true", help="no progress or summary on stderr")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar or progress lines (COMPACTOR_NO_PROGRESS=1 too); progress "
+                        "shows on a terminal as a bar, elsewhere as a plain line every 10 s or 10%%")
     return parser
 
 

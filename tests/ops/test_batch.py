@@ -202,3 +202,43 @@ def test_a_dead_pool_worker_is_replaced_and_its_documents_run_again(tmp_path: Pa
     assert run.wait(timeout=300) == 0, run.stderr
     ids = [r["id"] for r in _results(out)]
     assert ids == [f"d{n}-{i}" for n in range(10) for i in range(40)]
+
+
+def test_json_output_is_an_object_in_each_result_line(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": i, "text": f"Document {i} says the probe flew. " * 20}) + "\n"
+                              for i in range(3)), encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    run_batch(*GENERIC, corpus, out, executor="serial", output_format="json", budget=40)
+    results = _results(out)
+    assert [r["id"] for r in results] == [0, 1, 2]
+    for result in results:
+        output = result["output"]
+        assert isinstance(output, dict), output  # an object, not JSON nested in a string
+        assert output["budget"] == 40 and output["segments"][0]["text"].startswith("Document")
+
+
+def test_dask_work_is_sized_by_the_cluster_threads_not_local_cores(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    distributed = pytest.importorskip("distributed")
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": i, "text": f"Document {i} is short but real text."}) + "\n"
+                              for i in range(6)), encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": False},
+                                  ) as cluster:
+        monkeypatch.setattr(os, "cpu_count", lambda: 64)  # this machine's cores must not matter
+        stats = run_batch(*GENERIC, corpus, out, executor="dask", scheduler=cluster.scheduler_address)
+    assert (stats.slots, stats.window) == (2, 8)
+    assert stats.done == 6 and [r["id"] for r in _results(out)] == list(range(6))
+
+
+def test_an_empty_or_binary_corpus_is_an_input_error(tmp_path: Path) -> None:
+    empty, binary = tmp_path / "empty.jsonl", tmp_path / "data.bin"
+    empty.write_text("\n\n", encoding="utf-8")
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00" * 20)
+    with pytest.raises(InputError, match=f"{empty}: the corpus is empty"):
+        run_batch(*GENERIC, empty, tmp_path / "a.jsonl", executor="serial")
+    with pytest.raises(InputError, match=f"{binary}: looks like a binary file"):
+        run_batch(*GENERIC, binary, tmp_path / "b.jsonl", executor="serial")

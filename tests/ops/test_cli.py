@@ -14,6 +14,7 @@ import pytest
 
 import compactor
 from compactor import get_counter
+from compactor.pipeline import shipped_pipelines
 
 from ..helpers import EVAL, REPO, run_cli
 from ..openai_server import openai_server as openai_server
@@ -242,3 +243,63 @@ def test_cli_help_and_version_answer_without_loading_the_pipelines() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip().endswith("False False"), done.stdout
     assert "compactor-run" in done.stdout
+
+
+# One kind of wrong input exits 2 with a message naming it, whichever shipped pipeline reads it (an
+# HTML page without main text exited 1, "the result is empty", for the text pipelines and 2 for the
+# others). In-process: 8 pipelines x 10 inputs as subprocesses would take minutes.
+
+BAD_INPUTS: dict[str, tuple[bytes | None, str]] = {  # file name -> (content; None: a folder), said
+    "empty.txt": (b"", "{path}: the input is empty"),
+    "invalid.json": (b'{"text": ', "{path}:1:10: invalid JSON"),
+    "lines.jsonl": (b'{"text": "A good line."}\n{bad\n', "{path}:2:2: invalid JSON line"),
+    "shape.json": (b'{"body": "text"}', "{path}:1: a record needs `text`"),
+    "type.jsonl": (b'{"text": 5}\n', "{path}:1: `text` must be a string"),
+    "blank.json": (b'{"text": ""}', "{path}: the input is empty"),
+    "data.bin": (b"\x7fELF\x02\x01\x01\x00" * 40, "{path}: looks like a binary file"),
+    "folder": (None, "{path}: no readable files in this directory"),
+    "missing.txt": (b"", "{path}: no such file or directory"),
+    "nothing.html": (b"<html><head><script>var a = 1;</script></head><body><nav>Home</nav></body></html>",
+                     "{path}"),  # named: "no text to compress once cleaned", or the kind it is not
+}
+
+
+def _run_in_process(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    from compactor.ops.cli import main
+
+    code = main(args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("pipeline", shipped_pipelines())
+def test_wrong_input_exits_2_naming_it_whatever_the_pipeline(pipeline: str, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    system_prompt = pipeline == "system-prompt"  # reads any text as is: its HTML is a prompt's text
+    for name, (content, said) in BAD_INPUTS.items():
+        path = tmp_path / name
+        if content is None:
+            (path / "sub").mkdir(parents=True, exist_ok=True)
+        elif name != "missing.txt":
+            path.write_bytes(content)
+        if system_prompt and name == "nothing.html":
+            continue
+        code, out, err = _run_in_process([pipeline, str(path), "--query", "probe"], capsys)
+        assert code == 2, (name, err)
+        if pipeline == "transcripts" and name == "nothing.html":  # its step does not know the file
+            said = "needs transcript segments"
+        assert said.format(path=path) in err and "internal error" not in err, (name, err)
+        assert out == ""
+    for name in ("data.bin", "empty.txt"):  # a batch corpus too, before any document runs
+        code, out, err = _run_in_process([pipeline, str(tmp_path / name), "--out", str(tmp_path / "o.jsonl"),
+                                          "--executor", "serial"], capsys)
+        assert code == 2 and str(tmp_path / name) in err, (name, err)
+
+
+def test_batch_options_without_out_are_refused(tmp_path: Path) -> None:
+    text = tmp_path / "notes.txt"
+    text.write_text(PARIS_TEXT, encoding="utf-8")
+    for extra in (("--executor", "dask", "--scheduler", "tcp://127.0.0.1:9"), ("--workers", "2")):
+        result = run_cli("generic", str(text), *extra)
+        assert result.returncode == 2, result.stderr
+        assert "give --out FILE" in _one_clear_line(result.stderr) and result.stdout == ""
