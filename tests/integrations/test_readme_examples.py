@@ -20,6 +20,7 @@ NEEDS = {"auto": (None, ["compactions,", "tokens saved", '"order_id"']),
          "mcp": ("mcp", ["'compress'", "valve V-12", "Step "]),
          "langchain": ("langchain_classic", ["refunds.md", "compactions,", "['clear'", "[compactor"]),
          "agents": ("agents", ["items stored,", "compaction,"]),
+         "formats": (None, ["anthropic user", "['tool_result']"]),
          "deepsearch": (None, ["finished in 1889", "## https://example.org/eiffel",
                                "-0000': \"Eiffel Tower"])}
 
