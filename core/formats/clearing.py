@@ -23,7 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compactor.document import Chunk, Message, Source, chunk_id
-from compactor.formats.messages import answers, calls, conversation_source, message_tokens, to_dict
+from compactor.formats.messages import (
+    answers,
+    calls,
+    conversation_source,
+    message_tokens,
+    parse_message,
+    to_dict,
+)
 from compactor.formats.structured import reduce_text
 from compactor.text.tokens import TokenCounter
 
@@ -143,7 +150,9 @@ def _replace(item: Any, message: Message, text: str) -> dict[str, Any]:
         if blocks:
             for n, block in enumerate(blocks):
                 block["content"] = text if n == 0 else ""
-            data["content"] = blocks
+            # what the person wrote beside the results (text, images) is theirs, never tool output
+            data["content"] = blocks + [b for b in content if not (isinstance(b, dict)
+                                                                   and b.get("type") == "tool_result")]
             return data
     data["content"] = text
     return data
@@ -172,8 +181,7 @@ def clear_outputs(items: Sequence[Any], messages: Sequence[Message], counter: To
         source, chunk = original_of(message)
         stub = stub_text(messages, i, cost, chunk.id, expand_tool, values)
         replacement = _replace(items[i], message, stub)
-        new_cost = message_tokens(Message(role=message.role, content=stub, name=message.name,
-                                          tool_call_id=message.tool_call_id), counter)
+        new_cost = message_tokens(parse_message(replacement, "stub"), counter)
         if new_cost >= cost:
             continue
         out[i] = replacement
@@ -210,11 +218,11 @@ def reduce_outputs(items: Sequence[Any], messages: Sequence[Message], counter: T
         how = f"{expand_tool}(ids=[\"{chunk.id}\"])" if expand_tool else f'id "{chunk.id}"'
         name = tool_name(messages, i)
         text = f"{REDUCED_MARK} {name} output, {cost} tokens; in full: {how}]\n{reduced.text}"
-        new_cost = message_tokens(Message(role=message.role, content=text, name=message.name,
-                                          tool_call_id=message.tool_call_id), counter)
+        replacement = _replace(items[i], message, text)
+        new_cost = message_tokens(parse_message(replacement, "reduction"), counter)
         if new_cost >= cost:
             continue
-        out[i] = _replace(items[i], message, text)
+        out[i] = replacement
         replaced[i] = chunk.id
         stored.append((source, chunk))
         saved += cost - new_cost

@@ -159,6 +159,21 @@ def test_an_anthropic_tool_result_cleared_keeps_its_block() -> None:
     assert len(out) == len(history)
 
 
+def test_what_the_person_wrote_beside_a_cleared_result_stays() -> None:
+    """A user turn may carry text after its tool results: clearing the results keeps that text."""
+    history = anthropic_history(8)
+    turn = next(m for m in history if isinstance(m["content"], list)
+                and m["content"][0].get("type") == "tool_result")
+    turn["content"].append({"type": "text", "text": "Also, my address changed to 12 Elm Street."})
+    out = compactor.compact_messages(history, 3_000, tiers=("clear",), keep_tool_results=2)
+    assert out.report["tiers"]["clear"]["used"]
+    cleared = next(m for m in out if isinstance(m["content"], list)
+                   and str(m["content"][0].get("content", "")).startswith("[compactor: cleared")
+                   and len(m["content"]) == 2)
+    assert cleared["content"][1] == {"type": "text", "text": "Also, my address changed to 12 Elm Street."}
+    anthropic_valid(out)
+
+
 def test_an_anthropic_loop_stays_valid_compaction_after_compaction() -> None:
     auto = AutoCompactor(10_000, trigger=5_000)
     messages: list[dict[str, Any]] = anthropic_history(1)
