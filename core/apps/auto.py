@@ -25,7 +25,7 @@ import inspect
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -211,10 +211,11 @@ class AutoCompactor:
 
     async def acompact(self, messages: Sequence[Any], *, tokens_before: int | None = None,
                        budget: int | None = None, extra_tokens: int = 0,
-                       format: str | None = None) -> CompactedMessages:
+                       format: str | None = None, keep_last: int | None = None,
+                       tiers: Sequence[str] | None = None) -> CompactedMessages:
         """`compact` for async code, in a worker thread."""
         return await in_worker(self.compact, messages, tokens_before=tokens_before, budget=budget,
-                               extra_tokens=extra_tokens, format=format)
+                               extra_tokens=extra_tokens, format=format, keep_last=keep_last, tiers=tiers)
 
     def _wire(self, items: Sequence[Any], format: str | None) -> Wire:
         """The history's format: `format` checked, else the compactor's own, else detected."""
@@ -230,7 +231,8 @@ class AutoCompactor:
 
     def compact(self, messages: Sequence[Any], *, tokens_before: int | None = None,
                 budget: int | None = None, extra_tokens: int = 0,
-                format: str | None = None) -> CompactedMessages:
+                format: str | None = None, keep_last: int | None = None,
+                tiers: Sequence[str] | None = None) -> CompactedMessages:
         """Compact now, whatever the size (a `/compact` command).
 
         A tool call still waiting for its results at the end (the loop compacts between the model's
@@ -244,19 +246,28 @@ class AutoCompactor:
         agent's instructions, this call's tool schemas), for this call only: it lowers the room the
         history is compacted into and is counted in the compaction's `tokens_after`, as
         `tools_tokens` is. `tokens_before`, when given, includes it. `format`: as in `maybe_compact`;
-        the result is in the history's format.
+        the result is in the history's format. `keep_last` and `tiers`: this compaction's, in place
+        of the settings, for this call only (a caller that keeps N messages, or wants the summary
+        alone), so loops sharing this compactor are not affected.
         """
         items = list(messages)
         wire = self._wire(items, format)
+        changes: dict[str, Any] = {}
+        if keep_last is not None:
+            check_overrides(pipeline_for(self._options["pipeline"], self._options["plugins"]), CompactionPlan,
+                            {"keep_last": keep_last})
+            changes["keep_last"] = keep_last
+        if tiers is not None:
+            changes["tiers"] = tuple(tiers)
         if wire == "chat":
-            return self._compact_chat(items, tokens_before, budget, extra_tokens)
+            return self._compact_chat(items, tokens_before, budget, extra_tokens, changes)
         translation = to_chat(items, wire, self._counter)
         if not translation.messages:
             raise InputError("the history has no message to compact (only items passed through as they are)")
         self._overhead(extra_tokens)
         # items passed through untouched count as overhead: the messages are compacted into the rest
         result = self._compact_chat(translation.messages, tokens_before, budget,
-                                    extra_tokens + translation.opaque_tokens)
+                                    extra_tokens + translation.opaque_tokens, changes)
         report = {**result.report, "format": wire}
         if translation.opaque_tokens:
             report["opaque_tokens"] = translation.opaque_tokens
@@ -267,7 +278,7 @@ class AutoCompactor:
         return out
 
     def _compact_chat(self, messages: list[Any], tokens_before: int | None, budget: int | None,
-                      extra_tokens: int) -> CompactedMessages:
+                      extra_tokens: int, changes: Mapping[str, Any] | None = None) -> CompactedMessages:
         """`compact` on chat-shaped messages."""
         if budget is not None and (not _count(budget) or budget <= 0):
             raise InputError(f"budget must be a positive number of tokens, not {budget!r}")
@@ -293,7 +304,7 @@ class AutoCompactor:
                 split = len(keep)
         budget = self._budget_for(parsed[:split], budget, ceiling)
         result = self._compact_within(items[:split], parsed[:split], budget - pending_tokens,
-                                      ceiling - pending_tokens)
+                                      ceiling - pending_tokens, changes or {})
         for index, ref in (result.report.get("replaced") or {}).items():
             original = items[int(index)]
             self._originals[ref] = copy.deepcopy(original) if isinstance(original, dict) else original
@@ -328,13 +339,13 @@ class AutoCompactor:
         return self.tools_tokens + extra_tokens
 
     def _compact_within(self, items: list[Any], parsed: Sequence[Message], budget: int,
-                        ceiling: int) -> CompactedMessages:
+                        ceiling: int, changes: Mapping[str, Any]) -> CompactedMessages:
         """`compact_messages` at `budget`; if the system message(s) leave no room there, at half the
         room they leave below `ceiling`, then at `ceiling` itself."""
         system = sum(message_tokens(parsed[i], self._counter) for i in leading_system(parsed))
         budgets = sorted({max(1, budget), max(1, min(ceiling, (system + ceiling) // 2)), max(1, ceiling)})
         budgets = [b for b in budgets if b >= budget] or [max(1, budget)]
-        options = dict(self._options)
+        options = {**self._options, **changes}
         chosen = options.pop("compress_system", None)
         for attempt in budgets:
             # the excerpt of the system prompt only where no room below the trigger holds it whole

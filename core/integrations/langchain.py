@@ -22,7 +22,6 @@ Needs the extra: `pip install "compactor[langchain]"` (langchain, langchain-core
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import inspect
@@ -30,7 +29,7 @@ import json
 import re
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
@@ -399,8 +398,8 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
         # (the kept turns take at most half of a compaction's budget)
         budget = max(1, min(self.auto.target_tokens, before - 1, max(before // 2, 2 * tail + 200))) \
             if summary_only else None
-        with self._settings(turns, summary_only):
-            compacted = self.auto.compact(dicts, tokens_before=before, budget=budget)
+        compacted = self.auto.compact(dicts, tokens_before=before, budget=budget, keep_last=turns,
+                                      tiers=("summary",) if summary_only else None)
         if compacted.summary is None and not compacted.report.get("replaced"):
             return None  # the cheap tiers changed nothing
         return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES),
@@ -419,24 +418,6 @@ class CompactorMiddleware(AutoCounters, AgentMiddleware):
         if self.token_counter is not None:
             tokens = int(self.token_counter(list(messages))) + self.auto.tools_tokens
         return any(clause_met(clause, len(messages), tokens, self.auto.window) for clause in self.clauses)
-
-    @contextlib.contextmanager
-    def _settings(self, keep_last: int | None, summary_only: bool) -> Iterator[None]:
-        """The compaction's settings for this call: with `keep=`, the last turns that hold it; when
-        a clause other than the compactor's token count was met (a message count, the caller's
-        `token_counter`), the summary alone (clearing outputs shortens no message list)."""
-        changes: dict[str, Any] = {}
-        if keep_last is not None:
-            changes["keep_last"] = keep_last
-        if summary_only:
-            changes["tiers"] = ("summary",)
-        options = self.auto._options  # read at each compaction: set for this one, then set back
-        saved = {key: options.get(key) for key in changes}
-        options.update(changes)
-        try:
-            yield
-        finally:
-            options.update(saved)
 
     def wrap_model_call(self, request: ModelRequest[Any],
                         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],

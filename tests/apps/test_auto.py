@@ -277,3 +277,21 @@ def test_an_unknown_keyword_is_refused_when_built_with_the_closest_one() -> None
     with pytest.raises(compactor.InputError, match="format must be one of"):
         AutoCompactor(10_000, format="claude")
     assert AutoCompactor(10_000, keep_tool_results=2, exclude_tools=["read_file"]).compactions == 0
+
+
+def test_keep_last_and_tiers_for_one_compaction_leave_the_settings_alone() -> None:
+    """A caller's per-call `keep_last` and `tiers` shape that compaction only; a bad one is refused
+    as the settings would be."""
+    auto = compactor.AutoCompactor(window=6_000, reserve=2_000, keep_last=2)
+    history = [{"role": "user", "content": "Check every order."}]
+    for i in range(40):
+        history += [{"role": "assistant", "content": f"Order {i} looked up: delivered on day {i}. " * 6},
+                    {"role": "user", "content": f"Thanks, next one is {i + 1}."}]
+    once = auto.compact(history, keep_last=6, tiers=("summary",))
+    assert once.report["tiers"]["summary"]["used"] and set(once.report["tiers"]) == {"summary"}
+    assert [m["content"] for m in once[-6:]] == [m["content"] for m in history[-6:]]
+    again = auto.compact(history)
+    assert again[-3]["content"] != history[-3]["content"]  # the settings' keep_last=2 again
+    assert "clear" in again.report["tiers"]  # and the settings' tiers
+    with pytest.raises(compactor.InputError, match="keep_last"):
+        auto.compact(history, keep_last=-1)
