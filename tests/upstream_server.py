@@ -5,7 +5,7 @@ Every request is recorded with its raw body bytes, headers and path (query inclu
 (a function of the recorded request) scripts the answer; by default each API path gets a reply in
 its own shape with `text`, streamed when the request asked for it, its events `gap` seconds apart.
 Any other path is answered with a JSON echo of the method, path and body. No pytest import: the
-benchmark runs it as a script (`python tests/upstream_server.py PORT`).
+benchmark runs it as a script (`python tests/upstream_server.py PORT [GAP [TEXT]]`).
 """
 
 from __future__ import annotations
@@ -181,6 +181,11 @@ def answer(request: Recorded, text: str = "ok", calls: list[dict[str, Any]] | No
     return Answer(body=json.dumps(shape[0](text, calls, model)).encode())
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # the listen backlog: 50 streams connect at once
+
+
 class FakeUpstream:
     """The server: `base_url` (http://127.0.0.1:PORT), `requests` (every one, in order), `respond`
     (scripts answers; default `answer(request, text, gap=gap)`)."""
@@ -193,9 +198,7 @@ class FakeUpstream:
         self.respond: Callable[[Recorded], Answer] | None = None
         self.finished: list[float] = []  # when each streamed answer's last event was written
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self._server.daemon_threads = True
-        self._server.request_queue_size = 128
+        self._server = _Server(("127.0.0.1", port), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -227,6 +230,7 @@ class FakeUpstream:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go in two writes: no 40 ms delayed-ACK wait
 
             def _serve(self) -> None:
                 size = int(self.headers.get("Content-Length") or 0)
@@ -268,8 +272,8 @@ def running(upstream: FakeUpstream) -> Iterator[FakeUpstream]:
         upstream.close()
 
 
-if __name__ == "__main__":  # the benchmark's upstream in its own process: PORT [GAP]
-    server = FakeUpstream(port=int(sys.argv[1]), gap=float(sys.argv[2]) if len(sys.argv) > 2 else 0.0,
-                          record=False)
+if __name__ == "__main__":  # the benchmark's upstream in its own process: PORT [GAP [TEXT]]
+    server = FakeUpstream(text=sys.argv[3] if len(sys.argv) > 3 else "ok", port=int(sys.argv[1]),
+                          gap=float(sys.argv[2]) if len(sys.argv) > 2 else 0.0, record=False)
     print(server.base_url, flush=True)
     server._server.serve_forever()

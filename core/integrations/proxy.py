@@ -67,6 +67,11 @@ ROUTES = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/mes
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
 #: How many times one request may answer the model's expand calls before its reply goes back as it is.
 MAX_EXPAND_ROUNDS = 4
+#: Bodies under this size (and under the trigger in bytes) have their history checked on the event
+#: loop (a count of a few thousand tokens at most); others in a worker thread.
+INLINE_BYTES = 16 * 1024
+#: Replies of a known length up to this size that are not event streams are read whole, then sent.
+BUFFER_BYTES = 1024 * 1024
 #: Conversations kept (each with its own AutoCompactor); the least recently used go first.
 MAX_CONVERSATIONS = 256
 #: Headers that belong to one connection (RFC 9110 7.6.1), and those httpx or uvicorn set themselves.
@@ -152,9 +157,13 @@ class Proxy:
         extra = self._overhead(api, data)
         fmt = {} if api == "chat" else {"format": api}
         compact = partial(conversation.auto.maybe_compact, items, extra_tokens=extra, **fmt)
+        # a short history is counted faster than a thread is woken; one that might pass the trigger
+        # (a token takes at least a byte) goes to a worker, so the event loop relays other streams
+        # while it compacts
+        inline = len(body) + self._expand_tokens[api] < min(INLINE_BYTES, conversation.auto.trigger_tokens)
         async with conversation.lock:
             try:
-                result = await run_in_threadpool(compact)
+                result = compact() if inline else await run_in_threadpool(compact)
             except CompactorError as exc:  # a history compactor cannot read: it goes as it came
                 log.warning("%s: history left as sent (%s)", api, type(exc).__name__)
                 return Outgoing(body)
@@ -271,7 +280,7 @@ async def _relay(proxy: Proxy, method: str, url: str, headers: list[tuple[str, s
     """Send upstream and relay the reply as it arrives: status, headers, raw bytes (still encoded as
     the upstream sent them, so `content-encoding` stays true)."""
     from starlette.background import BackgroundTask
-    from starlette.responses import StreamingResponse
+    from starlette.responses import Response, StreamingResponse
 
     client = _client(proxy)
     try:
@@ -279,6 +288,18 @@ async def _relay(proxy: Proxy, method: str, url: str, headers: list[tuple[str, s
                                   stream=True)
     except httpx.HTTPError as exc:
         return _unreachable(exc)
+    length = reply.headers.get("content-length", "")
+    if length.isdigit() and int(length) <= BUFFER_BYTES and "event-stream" not in reply.headers.get(
+            "content-type", ""):  # a small whole reply: one send, without a streaming task per request
+        try:
+            content = b"".join([chunk async for chunk in reply.aiter_raw()])
+        except httpx.HTTPError as exc:
+            return _unreachable(exc)
+        finally:
+            await reply.aclose()
+        whole = Response(content, status_code=reply.status_code)
+        whole.raw_headers = _reply_headers(reply, keep_length=True)
+        return whole
     response = StreamingResponse(reply.aiter_raw(), status_code=reply.status_code,
                                  background=BackgroundTask(reply.aclose))
     response.raw_headers = _reply_headers(reply, keep_length=True)
