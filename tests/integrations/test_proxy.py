@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ import httpx
 import openai
 import uvicorn
 
+import compactor
 from compactor import AutoCompactor, count_message_tokens
 from compactor.integrations.proxy import create_app, main
 
@@ -296,6 +298,19 @@ def test_conversations_keep_separate_state(serve: Callable[..., Served], upstrea
     assert count_message_tokens(sent) <= TRIGGER
     assert "Cancel #W1010." not in json.dumps(sent)
     assert [c.auto.compactions for c in served.proxy.conversations.values()] == [1, 1]
+
+
+def test_a_store_file_keeps_the_originals_and_the_conversations_are_bounded(
+        serve: Callable[..., Served], upstream: FakeUpstream, tmp_path: Path) -> None:
+    store = tmp_path / "proxy.sqlite"
+    served = serve(store=str(store), max_conversations=2)
+    client = openai_client(served)
+    for task in ("Refund #W1003.", "Cancel #W1010.", "Track #W1020."):
+        client.chat.completions.create(model="m", messages=chat_history(task))  # type: ignore[arg-type]
+    assert len(served.proxy.conversations) == 2  # the least recently used went
+    cited = re.findall(r"[0-9a-f]{16}-\d{4}", json.dumps(upstream.bodies(CHAT)[0]))
+    originals = compactor.expand([f"{cited[0][:16]}-0003"], store=str(store))  # m3: the first tool output
+    assert "marker-000" in "".join(originals.values())
 
 
 def test_streams_are_relayed_as_they_arrive(serve: Callable[..., Served], upstream: FakeUpstream) -> None:
