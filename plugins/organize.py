@@ -143,8 +143,9 @@ class HierarchicalOrganizer(Component):
         files = [s for s in context.sources if s.kind == "transcript" and s.segments]
         if not files:
             kinds = sorted({s.kind.replace("_", " ") for s in context.sources})
-            raise InputError("organize.hierarchical needs transcript segments (SRT or VTT subtitles, "
-                             f"or JSON segments); the input has none (it is {' and '.join(kinds)})")
+            names = ", ".join(dict.fromkeys(s.uri or s.id for s in context.sources)) or "the input"
+            raise InputError(f"{names}: organize.hierarchical needs transcript segments (SRT or VTT "
+                             f"subtitles, or JSON segments); it has none (it is {' and '.join(kinds)})")
         lang = self.language if self.language != "auto" else ("zh" if is_chinese(spoken(files)) else "en")
 
         def measure(text: str) -> int:

@@ -363,7 +363,8 @@ def read_paths(paths: Iterable[str | os.PathLike[str]], stdin: BinaryIO | None =
     `max_input_bytes()` of them in all."""
     sources: list[Source] = []
     allowance = _Allowance(max_input_bytes())
-    for raw in map(str, paths):
+    paths = [str(p) for p in paths]
+    for raw in paths:
         if raw == "-":
             stream = stdin if stdin is not None else sys.stdin.buffer
             data = allowance.read(stream, "<stdin>")
@@ -384,7 +385,8 @@ def read_paths(paths: Iterable[str | os.PathLike[str]], stdin: BinaryIO | None =
         else:
             raise InputError(f"{raw}: no such file or directory")
     if not sources or all(not s.text.strip() for s in sources):
-        raise InputError("the input is empty: there is no text to compress")
+        shown = ", ".join("<stdin>" if p == "-" else p for p in paths)
+        raise InputError(f"{shown}: the input is empty: there is no text to compress")
     return sources
 
 

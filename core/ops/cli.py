@@ -351,16 +351,8 @@ def _session_main(args: argparse.Namespace) -> int:
 
 
 def _read_inputs(inputs: list[str]) -> list[Source]:
-    """The inputs' sources; when none has any text, the error names the inputs (the reader's last
-    check sees only sources, so it cannot)."""
-    paths = inputs or ["-"]
-    try:
-        return read_paths(paths)
-    except InputError as exc:
-        if not str(exc).startswith("the input is empty"):
-            raise
-        shown = ", ".join("<stdin>" if p == "-" else p for p in paths)
-        raise InputError(f"{shown}: {exc}") from None
+    """The inputs' sources (stdin when none is given)."""
+    return read_paths(inputs or ["-"])
 
 
 def _check_some_text(context: Context) -> None:

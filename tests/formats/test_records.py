@@ -73,7 +73,7 @@ def test_cli_batch_and_api_give_the_same_sources(tmp_path: Path) -> None:
     assert stats.done == len(RECORDS) and stats.failed == 0, stats.errors
     results = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     by_batch = [(s["id"], s["kind"], s["uri"], s["title"])
-                for r in results for s in json.loads(r["output"])["sources"]]
+                for r in results for s in r["output"]["sources"]]
     assert by_batch == by_cli
     # one record through the API is one batch document: the same output
     text_out = tmp_path / "text.jsonl"
@@ -133,7 +133,7 @@ def test_an_id_less_conversation_has_the_same_name_in_the_cli_and_in_batch(tmp_p
     run_batch(*GENERIC, path, out, executor="serial", output_format="json")
     [result] = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert result["id"] == "line-1"
-    assert json.loads(result["output"])["sources"][0]["uri"] == source.uri == f"{path}#1"
+    assert result["output"]["sources"][0]["uri"] == source.uri == f"{path}#1"
 
 
 BAD = [

@@ -286,8 +286,8 @@ def test_wrong_input_exits_2_naming_it_whatever_the_pipeline(pipeline: str, tmp_
             continue
         code, out, err = _run_in_process([pipeline, str(path), "--query", "probe"], capsys)
         assert code == 2, (name, err)
-        if pipeline == "transcripts" and name == "nothing.html":  # its step does not know the file
-            said = "needs transcript segments"
+        if pipeline == "transcripts" and name == "nothing.html":  # its step names the file too
+            said = "{path}: organize.hierarchical needs transcript segments"
         assert said.format(path=path) in err and "internal error" not in err, (name, err)
         assert out == ""
     for name in ("data.bin", "empty.txt"):  # a batch corpus too, before any document runs
