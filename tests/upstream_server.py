@@ -119,6 +119,16 @@ def responses_events(text: str = "ok", calls: list[dict[str, Any]] | None = None
         frames.append(sse({"type": "response.output_text.delta", "sequence_number": n + 1, "item_id": "msg_1",
                            "output_index": 0, "content_index": 0, "delta": part, "logprobs": []},
                           "response.output_text.delta"))
+    for index, item in enumerate(done["output"] if calls else []):  # each call: added, arguments, done
+        for kind, extra in (("response.output_item.added", {"item": {**item, "arguments": "",
+                                                                      "status": "in_progress"}}),
+                            ("response.function_call_arguments.delta", {"item_id": item["id"],
+                                                                        "delta": item["arguments"]}),
+                            ("response.function_call_arguments.done", {"item_id": item["id"],
+                                                                       "arguments": item["arguments"]}),
+                            ("response.output_item.done", {"item": item})):
+            frames.append(sse({"type": kind, "sequence_number": len(frames), "output_index": index, **extra},
+                              kind))
     frames.append(sse({"type": "response.completed", "sequence_number": len(frames), "response": done},
                       "response.completed"))
     return tuple(frames)

@@ -328,8 +328,11 @@ async def _expand_rounds(proxy: Proxy, api: str, url: str, headers: list[tuple[s
             answer = _sse_reply(api, reply.content) if streamed else _json(reply.content)
             turn = _expand_turn(api, answer, conversation.auto.store) if answer is not None else None
         if turn is None:
-            response = Response(reply.content, status_code=reply.status_code)
-            length = (b"content-length", str(len(reply.content)).encode())
+            # the client has no expand tool: a call to it beside the client's own calls (or past the
+            # last round) is taken out of what the client reads
+            content = _without_expand(api, reply.content, streamed) if reply.is_success else reply.content
+            response = Response(content, status_code=reply.status_code)
+            length = (b"content-length", str(len(content)).encode())
             response.raw_headers = [*_reply_headers(reply, keep_length=False), length]
             return response
         log.info("%s: answered the model's expand call (round %d)", api, round_ + 1)
@@ -526,6 +529,208 @@ def _expand_turn(api: str, reply: dict[str, Any], store: ChunkStore) -> list[dic
     return [*output, *({"type": "function_call_output", "call_id": o.get("call_id"),
                         "output": answer(o.get("call_id"), o.get("arguments"))}
                        for o in calls)]
+
+
+def _without_expand(api: str, content: bytes, streamed: bool) -> bytes:
+    """A reply (JSON, or an SSE stream) without its calls to the expand tool, renumbered where the
+    stream numbers its parts; the bytes as they came when there is none or it cannot be read."""
+    if streamed:
+        return _sse_without_expand(api, content)
+    reply = _json(content)
+    if reply is None or not _strip_reply(api, reply):
+        return content
+    return json.dumps(reply, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def _is_expand(api: str, call: Any) -> bool:
+    """Whether a tool call (chat `tool_calls` item, Anthropic block, Responses item) calls expand."""
+    if not isinstance(call, dict):
+        return False
+    if api == "chat":
+        return isinstance(call.get("function"), dict) and call["function"].get("name") == EXPAND_TOOL_NAME
+    kind = "tool_use" if api == "anthropic" else "function_call"
+    return call.get("type") == kind and call.get("name") == EXPAND_TOOL_NAME
+
+
+def _strip_reply(api: str, reply: dict[str, Any]) -> bool:
+    """Take the expand calls out of a whole reply, in place; whether there were any. A reply left
+    without calls ends as a plain one (`stop`, `end_turn`)."""
+    if api == "chat":
+        found = False
+        for choice in reply.get("choices") or []:
+            message = choice.get("message") if isinstance(choice, dict) else None
+            calls = message.get("tool_calls") if isinstance(message, dict) else None
+            if not isinstance(message, dict) or not isinstance(calls, list) or not any(
+                    _is_expand(api, c) for c in calls):
+                continue
+            found = True
+            kept = [c for c in calls if not _is_expand(api, c)]
+            if kept:
+                message["tool_calls"] = kept
+            else:
+                del message["tool_calls"]
+                if choice.get("finish_reason") == "tool_calls":
+                    choice["finish_reason"] = "stop"
+        return found
+    name = "content" if api == "anthropic" else "output"
+    items = reply.get(name)
+    if not isinstance(items, list) or not any(_is_expand(api, i) for i in items):
+        return False
+    reply[name] = [i for i in items if not _is_expand(api, i)]
+    if api == "anthropic" and reply.get("stop_reason") == "tool_use" and not any(
+            isinstance(b, dict) and b.get("type") == "tool_use" for b in reply[name]):
+        reply["stop_reason"] = "end_turn"
+    return True
+
+
+def _sse_without_expand(api: str, content: bytes) -> bytes:
+    """An SSE stream without the events of expand calls: chat tool-call deltas, Anthropic content
+    blocks and Responses output items are dropped and the rest renumbered; final events that carry
+    the whole reply lose those calls too. Frames that are not JSON go as they came."""
+    kinds: dict[str, type[_StreamEdit]] = {"chat": _ChatStreamEdit, "anthropic": _AnthropicStreamEdit,
+                                           "responses": _ResponsesStreamEdit}
+    edit = kinds[api]()
+    out: list[bytes] = []
+    changed = False
+    text = content.replace(b"\r\n", b"\n")
+    for block in text.split(b"\n\n"):
+        lines = block.split(b"\n")
+        data = [line[5:].strip() for line in lines if line.startswith(b"data:")]
+        event = _json(b"\n".join(data)) if data else None
+        if event is None:
+            out.append(block)
+            continue
+        edited = edit(event)
+        if edited is None:
+            changed = True
+            continue
+        if edited is not event or edit.touched:
+            changed = True
+            edit.touched = False
+            head = [line for line in lines if line and not line.startswith(b"data:")]
+            payload = json.dumps(edited, ensure_ascii=False).encode("utf-8", "surrogatepass")
+            out.append(b"\n".join([*head, b"data: " + payload]))
+        else:
+            out.append(block)
+    return b"\n\n".join(out) if changed else content
+
+
+class _StreamEdit:
+    """Drops and renumbers the events of one stream's expand calls; `touched` when the last event
+    was changed in place."""
+
+    touched = False
+
+    def __call__(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+
+class _ChatStreamEdit(_StreamEdit):
+    """Chat chunks: tool-call deltas by (choice, index); the first delta of a call carries its name."""
+
+    def __init__(self) -> None:
+        self.indexes: dict[tuple[int, int], int | None] = {}  # (choice, index) -> new index, None: dropped
+        self.kept: dict[int, int] = {}
+        self.dropped: set[int] = set()
+
+    def __call__(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        choices = event.get("choices")
+        if not isinstance(choices, list):
+            return event
+        emptied = False
+        for choice in choices:
+            if not isinstance(choice, dict):
+                continue
+            number = choice.get("index", 0)
+            delta = choice.get("delta")
+            parts = delta.get("tool_calls") if isinstance(delta, dict) else None
+            if isinstance(delta, dict) and isinstance(parts, list) and parts:
+                kept = [p for p in (self._part(number, p) for p in parts) if p is not None]
+                if len(kept) != len(parts) or kept != parts:
+                    self.touched = True
+                if kept:
+                    delta["tool_calls"] = kept
+                else:
+                    del delta["tool_calls"]
+                    emptied = emptied or not any(v for v in delta.values())
+            if (choice.get("finish_reason") == "tool_calls" and number in self.dropped
+                    and not self.kept.get(number)):
+                choice["finish_reason"] = "stop"
+                self.touched = True
+        if emptied and all(isinstance(c, dict) and not any(v for v in (c.get("delta") or {}).values())
+                           and c.get("finish_reason") is None for c in choices):
+            return None
+        return event
+
+    def _part(self, choice: int, part: Any) -> Any:
+        if not isinstance(part, dict):
+            return part
+        key = (choice, part.get("index", 0))
+        if key not in self.indexes:
+            function = part.get("function")
+            if isinstance(function, dict) and function.get("name") == EXPAND_TOOL_NAME:
+                self.indexes[key] = None
+                self.dropped.add(choice)
+            else:
+                self.indexes[key] = self.kept.get(choice, 0)
+                self.kept[choice] = self.kept.get(choice, 0) + 1
+        index = self.indexes[key]
+        if index is None:
+            return None
+        return part if part.get("index", 0) == index else {**part, "index": index}
+
+
+class _AnthropicStreamEdit(_StreamEdit):
+    """Anthropic events: content blocks by index, renumbered past a dropped one."""
+
+    def __init__(self) -> None:
+        self.dropped: set[int] = set()
+        self.tool_uses = 0
+
+    def __call__(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        kind, index = event.get("type"), event.get("index")
+        if kind == "content_block_start" and isinstance(index, int):
+            block = event.get("content_block")
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                if block.get("name") == EXPAND_TOOL_NAME:
+                    self.dropped.add(index)
+                    return None
+                self.tool_uses += 1
+        if isinstance(index, int) and kind in ("content_block_start", "content_block_delta",
+                                               "content_block_stop"):
+            if index in self.dropped:
+                return None
+            shift = sum(1 for d in self.dropped if d < index)
+            return {**event, "index": index - shift} if shift else event
+        delta = event.get("delta")
+        if (kind == "message_delta" and isinstance(delta, dict) and delta.get("stop_reason") == "tool_use"
+                and self.dropped and not self.tool_uses):
+            return {**event, "delta": {**delta, "stop_reason": "end_turn"}}
+        return event
+
+
+class _ResponsesStreamEdit(_StreamEdit):
+    """Responses events: output items by `output_index`, renumbered past a dropped one; the final
+    events' `response.output` filtered."""
+
+    def __init__(self) -> None:
+        self.dropped: set[int] = set()
+
+    def __call__(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        index = event.get("output_index")
+        if isinstance(index, int):
+            added = event.get("type") == "response.output_item.added"
+            if added and _is_expand("responses", event.get("item")):
+                self.dropped.add(index)
+            if index in self.dropped:
+                return None
+            shift = sum(1 for d in self.dropped if d < index)
+            return {**event, "output_index": index - shift} if shift else event
+        response = event.get("response")
+        if isinstance(response, dict) and isinstance(response.get("output"), list) and _strip_reply(
+                "responses", response):
+            self.touched = True
+        return event
 
 
 def _trigger_arg(text: str) -> int | float:

@@ -519,3 +519,83 @@ def test_the_console_script_refuses_bad_settings(capsys: pytest.CaptureFixture[s
     assert "--upstream must be an http(s) URL" in capsys.readouterr().err
     assert main(["--upstream", "http://127.0.0.1:1/v1", "--window", "1000", "--trigger", "2000"]) == 2
     assert "trigger" in capsys.readouterr().err
+
+
+def client_calls(api: str, served: Served, history: list[Any], stream: bool) -> list[tuple[str, Any]]:
+    """Send `history` with the API's own client (declaring its own `get_order` tool); the tool calls
+    the client read, as (name, arguments) in the order the reply gives them."""
+    schema = {"type": "object", "properties": {"order_id": {"type": "string"}}}
+    if api == "anthropic":
+        client = anthropic_client(served)
+        tools: Any = [{"name": "get_order", "description": "an order", "input_schema": schema}]
+        if stream:
+            with client.messages.stream(model="m", max_tokens=50, messages=history, tools=tools) as events:
+                final = events.get_final_message()
+        else:
+            final = client.messages.create(model="m", max_tokens=50, messages=history, tools=tools)
+        assert final.stop_reason == "tool_use"
+        return [(b.name, b.input) for b in final.content if b.type == "tool_use"]
+    if api == "responses":
+        tools = [{"type": "function", "name": "get_order", "parameters": schema}]
+        if stream:
+            events = list(openai_client(served).responses.create(model="m", input=history, tools=tools,
+                                                                 stream=True))
+            added = [e.item.name for e in events if e.type == "response.output_item.added"]
+            assert all(e.output_index < len(added) for e in events if hasattr(e, "output_index"))
+            response = next(e.response for e in events if e.type == "response.completed")
+            assert added == [o.name for o in response.output if o.type == "function_call"]
+        else:
+            response = openai_client(served).responses.create(model="m", input=history, tools=tools)
+        return [(o.name, json.loads(o.arguments)) for o in response.output if o.type == "function_call"]
+    tools = [{"type": "function", "function": {"name": "get_order", "parameters": schema}}]
+    if stream:
+        calls: dict[int, list[str]] = {}
+        finish = None
+        for chunk in openai_client(served).chat.completions.create(model="m", messages=history, tools=tools,
+                                                                   stream=True):
+            for part in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+                call = calls.setdefault(part.index, ["", ""])
+                call[0] += part.function.name or "" if part.function else ""
+                call[1] += part.function.arguments or "" if part.function else ""
+            finish = (chunk.choices[0].finish_reason if chunk.choices else None) or finish
+        assert finish == "tool_calls" and sorted(calls) == list(range(len(calls)))  # numbered from 0
+        return [(name, json.loads(arguments)) for name, arguments in (calls[i] for i in sorted(calls))]
+    reply = openai_client(served).chat.completions.create(model="m", messages=history, tools=tools)
+    return [(c.function.name, json.loads(c.function.arguments))
+            for c in reply.choices[0].message.tool_calls or []]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("api", ["chat", "anthropic", "responses"])
+def test_a_reply_calling_expand_and_the_clients_tools_reaches_the_client_without_the_expand_call(
+        serve: Callable[..., Served], upstream: FakeUpstream, api: str, stream: bool) -> None:
+    served = serve(expand_tool=True)
+    seen: list[Recorded] = []
+
+    def respond(request: Recorded) -> Answer:  # the model asks for an original and an order at once
+        seen.append(request)
+        ids = re.findall(r"[0-9a-f]{16}-\d{4}", json.dumps(request.json))
+        return answer(request, calls=[
+            {"id": "call_x", "name": "expand_context", "arguments": {"ids": ids[:1]}},
+            {"id": "call_y", "name": "get_order", "arguments": {"order_id": "#W1003"}}])
+
+    upstream.respond = respond
+    assert client_calls(api, served, HISTORIES[api](), stream) == [("get_order", {"order_id": "#W1003"})]
+    assert len(seen) == 1  # the client runs its tool; the expand call is not answered alone
+    assert tool_names(api, seen[0].json)[-1] == "expand_context"
+
+
+def test_a_model_that_only_ever_expands_stops_and_the_client_never_sees_the_call(
+        serve: Callable[..., Served], upstream: FakeUpstream) -> None:
+    served = serve(expand_tool=True)
+    seen: list[Recorded] = []
+
+    def respond(request: Recorded) -> Answer:
+        seen.append(request)
+        return answer(request, calls=[{"id": f"call_{len(seen)}", "name": "expand_context",
+                                       "arguments": {"ids": ["0123456789abcdef-0001"]}}])
+
+    upstream.respond = respond
+    reply = openai_client(served).chat.completions.create(model="m", messages=chat_history())  # type: ignore[arg-type]
+    assert len(seen) == 5  # MAX_EXPAND_ROUNDS answered, then the reply as it is
+    assert not reply.choices[0].message.tool_calls and reply.choices[0].finish_reason == "stop"
