@@ -1,16 +1,20 @@
 """Provider wire formats: OpenAI Chat Completions, Anthropic Messages and OpenAI Responses histories.
 
-The compaction works on chat-shaped messages (`compactor.formats.messages`). Anthropic's messages
-are read as they are (content blocks `tool_use` / `tool_result` pair up there); a Responses `input`
-list is not made of messages, so each item becomes a stand-in chat message that carries the items it
-stands for (`MARK`): a run of model output (reasoning, assistant text, calls) is one assistant
-message with its calls, each call output one tool message, every other message itself. Items the
-compaction must not touch (a provider's own compaction item, item types it does not know) are set
-aside with their place and put back there afterwards, counted in the budget as they are.
+The compaction works on chat-shaped messages (`compactor.formats.messages`), so each provider
+history is read as stand-in chat messages that carry what they stand for (`MARK`), and the same
+conversation reads the same in every format (the same outputs cleared, the same summary). An
+Anthropic assistant turn is one assistant message (its `tool_use` blocks as calls), a user turn one
+tool message per `tool_result` block plus a user message for the rest. In a Responses `input` list a
+run of model output (reasoning, assistant text, calls) is one assistant message with its calls,
+each call output one tool message, every other message itself. Items the compaction must not touch
+(a provider's own compaction item, item types it does not know) are set aside with their place and
+put back there afterwards, counted in the budget as they are.
 
 `Translation.back` writes a compacted chat list in the provider's shape again: kept items come
-back as they were read, the summary is a user turn of that format, and an Anthropic list keeps the
-Messages API's rules (first turn user, roles alternate, tool results first in their turn).
+back as they were read (a turn partly kept or with a result cleared keeps its other blocks and their
+keys: `cache_control`, `is_error`, a thinking block's `signature`), the summary is a user turn of that
+format, and an Anthropic list keeps the Messages API's rules (first turn user, roles alternate, tool
+results first in their turn).
 """
 
 from __future__ import annotations
@@ -97,12 +101,14 @@ class Translation:
     """A history as chat-shaped messages, and what is needed to write a compaction of it back."""
 
     wire: Wire
-    #: The chat-shaped messages the compaction reads (for "chat" and "anthropic": the items).
+    #: The chat-shaped messages the compaction reads (for "chat": the items).
     messages: list[Any]
     #: Items passed through untouched: (their index in the input, the item).
     opaque: list[tuple[int, Any]] = field(default_factory=list)
     #: What the opaque items cost (an over-estimate for encrypted payloads).
     opaque_tokens: int = 0
+    #: The history as read (a stand-in's `MARK` names its items by their index here).
+    items: list[Any] = field(default_factory=list)
 
     def back(self, out: Sequence[Any], *, summary: str | None = None,
              added: Iterable[str] = ()) -> list[Any]:
@@ -110,19 +116,18 @@ class Translation:
         `summary` and `added` (pin texts) name the messages the compaction wrote."""
         if self.wire == "chat":
             return list(out)
-        new = {summary, *added} - {None}
         if self.wire == "anthropic":
-            return anthropic_turns(out, new)
-        return self._responses(out, new)
+            return self._anthropic(out)
+        return self._responses(out)
 
-    def _responses(self, out: Sequence[Any], new: set[Any]) -> list[Any]:
+    def _responses(self, out: Sequence[Any]) -> list[Any]:
         items: list[Any] = []
         origins: list[int | None] = []
         for message in out:
             data = _mapping(message) or {}
             mark = data.get(MARK)
             if isinstance(mark, Mapping):
-                for at, item in _stood_for(mark, data):
+                for at, item in _stood_for(mark, data, self.items):
                     items.append(item)
                     origins.append(at)
             else:
@@ -130,16 +135,46 @@ class Translation:
                 origins.append(None)
         for at, item in self.opaque:  # back at their place: before the first kept item that followed
             position = next((n for n, o in enumerate(origins) if o is not None and o > at), len(items))
-            items.insert(position, item)
+            items.insert(position, copy.deepcopy(item))
             origins.insert(position, at)
         return items
+
+    def _anthropic(self, out: Sequence[Any]) -> list[Any]:
+        """Stand-ins of one turn back as that turn (as read when all of it is there unchanged),
+        what the compaction wrote as user text turns, then the Messages API's rules."""
+        turns: list[tuple[Any, int | None]] = []  # (the turn, its index in the input; None: written)
+        group: list[Mapping[str, Any]] = []
+
+        def close_group() -> None:
+            if group:
+                at = int(group[0][MARK]["at"][0])
+                turns.append((_anthropic_turn(self.items[at], group), at))
+                group.clear()
+
+        for message in out:
+            data = _mapping(message) or {}
+            mark = data.get(MARK)
+            if isinstance(mark, Mapping):
+                if group and group[0][MARK]["at"] != mark["at"]:
+                    close_group()
+                group.append(data)
+                continue
+            close_group()
+            text = _text_of(data)
+            if text:
+                role = "assistant" if data.get("role") == "assistant" else "user"
+                turns.append(({"role": role, "content": [{"type": "text", "text": text}]}, None))
+        close_group()
+        return anthropic_turns(turns)
 
 
 def to_chat(items: Sequence[Any], wire: Wire, counter: TokenCounter) -> Translation:
     """The history in `wire` as chat-shaped messages the compaction reads."""
-    if wire != "responses":
-        return Translation(wire, list(items))
-    translation = Translation(wire, [])
+    if wire == "chat":
+        return Translation(wire, list(items), items=list(items))
+    if wire == "anthropic":
+        return _anthropic_to_chat(items)
+    translation = Translation(wire, [], items=list(items))
     run: list[tuple[int, Mapping[str, Any]]] = []  # the model's output items being gathered
 
     def close_run() -> None:
@@ -151,6 +186,7 @@ def to_chat(items: Sequence[Any], wire: Wire, counter: TokenCounter) -> Translat
         data = _mapping(item)
         if data is None:
             raise InputError(f"input item {at}: an item must be a mapping, not {type(item).__name__}")
+        _check_responses_item(at, data)
         kind = data.get("type")
         role = data.get("role")
         if kind == "reasoning" or (_is_message(data) and role == "assistant") or _is_call(data):
@@ -166,6 +202,20 @@ def to_chat(items: Sequence[Any], wire: Wire, counter: TokenCounter) -> Translat
             translation.opaque_tokens += opaque_tokens(data, counter)
     close_run()
     return translation
+
+
+def _check_responses_item(at: int, data: Mapping[str, Any]) -> None:
+    """A Responses item, not a message of another format read as one by mistake."""
+    if "role" not in data or data.get("type") not in (None, "message"):
+        return
+    role = data.get("role")
+    parts = _parts(data.get("content"))
+    other = ("anthropic", sorted(parts & _ANTHROPIC_BLOCKS)) if parts & _ANTHROPIC_BLOCKS else (
+        ("chat", [key for key in _CHAT_FIELDS if key in data] or [f"role {role}"])
+        if any(key in data for key in _CHAT_FIELDS) or role in ("tool", "function") else None)
+    if other is not None:
+        raise InputError(f"input item {at}: {', '.join(other[1])} is not in a Responses input list; "
+                         f"this history reads as format=\"{other[0]}\" (pass that, or leave format out)")
 
 
 def _is_message(data: Mapping[str, Any]) -> bool:
@@ -204,22 +254,30 @@ def _assistant_stand_in(run: Sequence[tuple[int, Mapping[str, Any]]]) -> dict[st
     message: dict[str, Any] = {"role": "assistant", "content": blocks or None}
     if calls:
         message["tool_calls"] = calls
-    message[MARK] = {"at": [at for at, _ in run], "items": [d for _, d in run], "content": blocks or None}
+    message[MARK] = {"at": [at for at, _ in run], "content": blocks or None}
     return message
 
 
 def _message_stand_in(at: int, data: Mapping[str, Any]) -> dict[str, Any]:
     content = data.get("content")
     text: Any = content if isinstance(content, str) else _text_blocks(content)
-    return {"role": data["role"], "content": text, MARK: {"at": [at], "items": [data], "content": text}}
+    return {"role": data["role"], "content": text, MARK: {"at": [at], "content": text}}
 
 
 def _output_stand_in(at: int, data: Mapping[str, Any]) -> dict[str, Any]:
     output = data.get("output")
     text: Any = output if isinstance(output, str) else (
-        _text_blocks(output) if isinstance(output, list) else json.dumps(output, ensure_ascii=False))
+        _text_blocks(output) if isinstance(output, list) else _object_blocks(output))
     return {"role": "tool", "tool_call_id": data["call_id"], "content": text,
-            MARK: {"at": [at], "items": [data], "content": text}}
+            MARK: {"at": [at], "content": text}}
+
+
+def _object_blocks(output: Any) -> list[dict[str, Any]]:
+    """An output that is an object (a computer call's screenshot): an image costs what an image
+    costs, anything else its JSON text."""
+    if isinstance(output, Mapping) and ("image_url" in output or "file_id" in output):
+        return [{"type": "input_image"}]
+    return [{"type": "text", "text": json.dumps(output, ensure_ascii=False)}]
 
 
 def _text_blocks(content: Any) -> list[dict[str, Any]]:
@@ -249,16 +307,20 @@ def _text_of(data: Mapping[str, Any]) -> str:
     return "\n".join(t for t in (block_text(b) for b in content or []) if t)
 
 
-def _stood_for(mark: Mapping[str, Any], data: Mapping[str, Any]) -> list[tuple[int, Any]]:
-    """The items a stand-in was made of; when the compaction rewrote its text (a tool output
-    cleared into a stub, a system message sent as an excerpt), the item with that text."""
-    pairs = list(zip(mark["at"], mark["items"], strict=True))
+def _stood_for(mark: Mapping[str, Any], data: Mapping[str, Any],
+               items: Sequence[Any]) -> list[tuple[int, Any]]:
+    """Copies of the items a stand-in was made of; when the compaction rewrote its text (a tool
+    output cleared into a stub, a system message sent as an excerpt), the item with that text. An
+    output whose shape allows no text (a computer call's screenshot) stays as it was."""
+    pairs = [(at, _copy(items[at])) for at in mark["at"]]
     if data.get("content") == mark.get("content") or len(pairs) != 1:
         return pairs
-    at, item = pairs[0]
+    at, changed = pairs[0]
+    item = changed
     text = _text_of(data)
-    changed = copy.deepcopy(dict(item))
     if _is_output(item):
+        if isinstance(item.get("output"), Mapping):
+            return pairs
         changed["output"] = text
     elif isinstance(item.get("content"), str):
         changed["content"] = text
@@ -266,6 +328,11 @@ def _stood_for(mark: Mapping[str, Any], data: Mapping[str, Any]) -> list[tuple[i
         kind = "output_text" if item.get("role") == "assistant" else "input_text"
         changed["content"] = [{"type": kind, "text": text}]
     return [(at, changed)]
+
+
+def _copy(item: Any) -> dict[str, Any]:
+    """An item as read, as a dict of its own (an SDK object as its data)."""
+    return copy.deepcopy(dict(_mapping(item) or {}))
 
 
 def responses_message(role: str, text: str) -> dict[str, Any]:
@@ -312,25 +379,153 @@ def tool_in(tool: Mapping[str, Any], wire: Wire) -> dict[str, Any]:
 
 # -- Anthropic Messages ----------------------------------------------------------------------------
 
-
-def anthropic_turns(out: Sequence[Any], new: set[Any]) -> list[Any]:
-    """A compacted list as valid Anthropic messages: what the compaction wrote (`new`: the summary,
-    pins) as user text blocks, and turns of the same role merged into one (the summary joins the
-    turn next to it), tool results first in their turn. Kept turns that need no merge are the
-    dicts as read."""
-    turns: list[Any] = []
-    for message in out:
-        data = _mapping(message)
-        if data is not None and isinstance(data.get("content"), str) and data.get("content") in new:
-            message = {"role": "user", "content": [{"type": "text", "text": data["content"]}]}
-            data = message
-        if turns and data is not None and _role(turns[-1]) == data.get("role"):
-            turns[-1] = _merged(turns[-1], data)
+def _anthropic_to_chat(items: Sequence[Any]) -> Translation:
+    """Anthropic turns as stand-ins: an assistant turn one assistant message whose `tool_use`
+    blocks are its calls, a user turn one tool message per `tool_result` block, then one user
+    message for its other blocks."""
+    translation = Translation("anthropic", [], items=list(items))
+    for at, item in enumerate(items):
+        data = _anthropic_turn_data(at, item)
+        role, content = data["role"], data.get("content")
+        if not isinstance(content, list):
+            text = content if isinstance(content, str) else ""
+            translation.messages.append({"role": role, "content": text,
+                                         MARK: {"at": [at], "blocks": None, "content": text}})
+        elif role == "assistant":
+            translation.messages.append(_anthropic_assistant(at, content))
         else:
-            turns.append(message)
-    if turns and _role(turns[0]) == "assistant":  # the API wants a user turn first
-        turns.insert(0, {"role": "user", "content": [{"type": "text", "text": "[compactor] (continued)"}]})
-    return turns
+            translation.messages.extend(_anthropic_user(at, content))
+    return translation
+
+
+def _anthropic_turn_data(at: int, item: Any) -> Mapping[str, Any]:
+    """One turn, checked: the Messages API knows two roles and no Responses items."""
+    data = _mapping(item)
+    if data is None:
+        raise InputError(f"message {at}: a message must be a mapping, not {type(item).__name__}")
+    role = data.get("role")
+    responses = _parts(data.get("content")) & _RESPONSES_PARTS
+    if isinstance(data.get("type"), str) or "role" not in data or responses:
+        raise InputError(f"message {at}: a Responses {data.get('type') or 'message'} item is no Anthropic "
+                         "message; this history reads as format=\"responses\" (pass that, or leave format "
+                         "out)")
+    if role in ("system", "developer"):
+        raise InputError(f"message {at}: role {role!r} inside an Anthropic messages list; the Messages API "
+                         "takes the system prompt as the request's top-level `system`, not as a message "
+                         "(pass it there, or this list with format=\"chat\")")
+    if role not in ("user", "assistant"):
+        hint = " (a chat tool message: pass format=\"chat\")" if role in ("tool", "function") else ""
+        raise InputError(f"message {at}: an Anthropic message's role is user or assistant, not {role!r}"
+                         + hint)
+    content = data.get("content")
+    if not isinstance(content, str | list):
+        raise InputError(f"message {at}: `content` must be text or a list of content blocks")
+    if isinstance(content, list) and any(not isinstance(b, Mapping) or not isinstance(b.get("type"), str)
+                                         for b in content):
+        raise InputError(f"message {at}: every content block must be a mapping with a `type`")
+    return data
+
+
+def _anthropic_assistant(at: int, content: list[Any]) -> dict[str, Any]:
+    blocks: list[Any] = []
+    calls: list[dict[str, Any]] = []
+    for block in content:
+        if block["type"] == "tool_use":
+            calls.append({"id": block.get("id"), "type": "function",
+                          "function": {"name": str(block.get("name") or "?"),
+                                       "arguments": _json_text(block.get("input"))}})
+        else:
+            blocks.append(_readable(block))
+    message: dict[str, Any] = {"role": "assistant", "content": blocks or None}
+    if calls:
+        message["tool_calls"] = calls
+    message[MARK] = {"at": [at], "blocks": list(range(len(content))), "content": blocks or None}
+    return message
+
+
+def _anthropic_user(at: int, content: list[Any]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    for n, block in enumerate(content):
+        if block["type"] == "tool_result":
+            inner = block.get("content")
+            text: Any = inner if isinstance(inner, str) else [_readable(b) for b in inner or []
+                                                              if isinstance(b, Mapping)]
+            messages.append({"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": text,
+                             MARK: {"at": [at], "blocks": [n], "content": text}})
+    rest = [n for n, block in enumerate(content) if block["type"] != "tool_result"]
+    if rest or not messages:
+        blocks = [_readable(content[n]) for n in rest]
+        messages.append({"role": "user", "content": blocks,
+                         MARK: {"at": [at], "blocks": rest, "content": blocks}})
+    return messages
+
+
+def _readable(block: Mapping[str, Any]) -> Any:
+    """A content block as the compaction reads it: text and thinking as they are (without their
+    `cache_control`), an image as one image, anything else (documents, server tool blocks, search
+    results) as it is, its cost counted from its strings."""
+    if block["type"] == "text":
+        return {"type": "text", "text": block.get("text") or ""}
+    return {"type": "image"} if block["type"] == "image" else block
+
+
+def _json_text(value: Any) -> str:
+    """A tool_use block's input as a call's arguments (compact JSON, as OpenAI's models write it)."""
+    return json.dumps(value if value is not None else {}, ensure_ascii=False, separators=(",", ":"))
+
+
+def _anthropic_turn(item: Any, stand_ins: Sequence[Mapping[str, Any]]) -> Any:
+    """One turn from the stand-ins of it the compaction kept: a copy of the turn as read when all of
+    it is there unchanged, else the turn with the blocks kept (each as read, a rewritten tool
+    result's text in its `content`, its other keys kept)."""
+    data = _copy(item)
+    content = data.get("content")
+    if not isinstance(content, list):
+        changed = stand_ins[0]
+        if changed.get("content") != changed[MARK]["content"]:
+            data["content"] = _text_of(changed)
+        return data
+    kept: dict[float, Any] = {}
+    for stand_in in stand_ins:
+        mark = stand_in[MARK]
+        same = stand_in.get("content") == mark["content"]
+        for n in mark["blocks"]:
+            kept[n] = content[n]
+        if same:
+            continue
+        text = _text_of(stand_in)
+        if stand_in.get("role") == "tool":
+            kept[mark["blocks"][0]] = {**content[mark["blocks"][0]], "content": text}
+        else:  # a text rewritten (never the compaction's way with a turn, but kept readable)
+            texts = [n for n in mark["blocks"] if content[n].get("type") == "text"]
+            for n in texts:
+                del kept[n]
+            kept[texts[0] if texts else mark["blocks"][0] - 0.5] = {"type": "text", "text": text}
+    if len(kept) == len(content) and all(kept[n] is content[n] for n in range(len(content))):
+        return data
+    data["content"] = [kept[n] for n in sorted(kept)]
+    return data
+
+
+def anthropic_turns(turns: Sequence[tuple[Any, int | None]]) -> list[Any]:
+    """Turns (each with its index in the input, None for what the compaction wrote) as a valid
+    Anthropic list: turns of one role next to each other merged into one (the summary joins the
+    turn next to it), tool results first in their turn, a user turn first. Two turns of one role
+    that were neighbours in the input stay as they came (the API reads them as one turn)."""
+    out: list[Any] = []
+    origins: list[int | None] = []
+    for turn, at in turns:
+        data = _mapping(turn) or {}
+        if out and _role(out[-1]) == data.get("role") and not (
+                at is not None and origins[-1] is not None and at == origins[-1] + 1):
+            out[-1] = _merged(out[-1], data)
+            origins[-1] = at if at is not None else origins[-1]
+        else:
+            out.append(turn)
+            origins.append(at)
+    if out and _role(out[0]) == "assistant":  # the API wants a user turn first
+        out.insert(0, {"role": "user", "content": [{"type": "text", "text": "[compactor] (continued)"}]})
+    return out
 
 
 def _role(message: Any) -> Any:
