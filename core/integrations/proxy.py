@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import sys
+import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -75,9 +76,16 @@ BUFFER_BYTES = 1024 * 1024
 #: Conversations kept (each with its own AutoCompactor); the least recently used go first.
 MAX_CONVERSATIONS = 256
 #: Headers that belong to one connection (RFC 9110 7.6.1), and those httpx or uvicorn set themselves.
+#: `expect` too: uvicorn answered the client's 100-continue, and the proxy holds the whole body.
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
                         "proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade",
-                        "host", "content-length"})
+                        "host", "content-length", "expect"})
+#: Seconds to wait on the upstream (connecting, and between bytes of its reply) without `--timeout`.
+DEFAULT_TIMEOUT = 600.0
+#: Request fields that point at history the provider keeps: the request's own is only the new part.
+SERVER_STATE = ("previous_response_id", "conversation")
+#: Request content encodings the proxy reads on a compacting route (zlib's window bits for each).
+ENCODINGS = {"gzip": 31, "x-gzip": 31, "deflate": 15}
 
 
 @dataclass
@@ -104,12 +112,14 @@ class Proxy:
     def __init__(self, upstream: str, *, window: int, trigger: int | float | None = None,
                  store: str | ChunkStore | None = None, expand_tool: bool = False,
                  max_body: int | None = None, max_conversations: int = MAX_CONVERSATIONS,
-                 timeout: float = 600.0, **options: Any) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, **options: Any) -> None:
         self.upstream = _upstream_root(upstream)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            raise InputError(f"timeout must be a positive number of seconds, not {timeout!r}")
         self.max_body = default_max_body() if max_body is None else _positive("max_body", max_body)
         self.max_conversations = _positive("max_conversations", max_conversations)
         self.expand_tool = expand_tool
-        self.timeout = timeout
+        self.timeout = float(timeout)
         self.store = open_store(store)
         self._settings: dict[str, Any] = {"window": window, "trigger": trigger, "store": self.store,
                                           "expand_tool": EXPAND_TOOL_NAME if expand_tool else None,
@@ -153,6 +163,8 @@ class Proxy:
         items = data.get(name) if isinstance(data, dict) else None
         if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
             return Outgoing(body)
+        if api == "responses" and any(data.get(k) for k in SERVER_STATE):
+            return Outgoing(body)  # the history lives upstream: what is sent is only its newest part
         conversation = self.conversation(_key(api, data, items))
         extra = self._overhead(api, data)
         fmt = {} if api == "chat" else {"format": api}
@@ -164,7 +176,8 @@ class Proxy:
         async with conversation.lock:
             try:
                 result = compact() if inline else await run_in_threadpool(compact)
-            except CompactorError as exc:  # a history compactor cannot read: it goes as it came
+            except (CompactorError, UnicodeError) as exc:  # a history compactor cannot read (or with
+                # lone surrogates, which UTF-8 cannot carry): it goes as it came
                 log.warning("%s: history left as sent (%s)", api, type(exc).__name__)
                 return Outgoing(body)
         if len(result) == len(items) and all(a is b for a, b in zip(result, items, strict=True)):
@@ -175,7 +188,7 @@ class Proxy:
             _add_tool(api, data)
         log.info("%s: history of %d items sent as %d (compactions: %d)", api, len(items), len(result),
                  conversation.auto.compactions)
-        return Outgoing(json.dumps(data, ensure_ascii=False).encode("utf-8"), data, conversation)
+        return Outgoing(_dumps(data), data, conversation)
 
     def _overhead(self, api: str, data: dict[str, Any]) -> int:
         """Tokens the request spends outside its history: tool schemas, the top-level system prompt
@@ -211,11 +224,12 @@ def default_max_body() -> int:
 def create_app(upstream: str, *, window: int, trigger: int | float | None = None,
                store: str | ChunkStore | None = None, expand_tool: bool = False,
                max_body: int | None = None, max_conversations: int = MAX_CONVERSATIONS,
-               timeout: float = 600.0, **options: Any) -> Starlette:
+               timeout: float = DEFAULT_TIMEOUT, **options: Any) -> Starlette:
     """The proxy as an ASGI app (serve it with uvicorn). `window`/`trigger` and any other keyword
     (`reserve`, `target`, `keep_last`, `tiers`, ...) go to each conversation's `AutoCompactor`;
-    `store`: where originals go (a path for SQLite; default in memory). `app.state.proxy` is the
-    `Proxy`."""
+    `store`: where originals go (a path for SQLite; default in memory); `timeout`: seconds to wait
+    on the upstream (to connect, and between the bytes of a reply, so a long stream that keeps
+    coming is never cut). `app.state.proxy` is the `Proxy`."""
     from starlette.applications import Starlette
     from starlette.routing import Route
 
@@ -226,7 +240,8 @@ def create_app(upstream: str, *, window: int, trigger: int | float | None = None
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
-        async with httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10.0), limits=limits,
+        async with httpx.AsyncClient(timeout=httpx.Timeout(proxy.timeout, connect=min(10.0, proxy.timeout)),
+                                     limits=limits,
                                      trust_env=False) as client:
             proxy.client = client
             yield
@@ -243,21 +258,70 @@ def create_app(upstream: str, *, window: int, trigger: int | float | None = None
 
 async def _handle(proxy: Proxy, request: Request) -> Response:
     """One request: read it (capped), compact it on a compacting route, send it, relay the reply."""
-    body = await _read_capped(request, proxy.max_body)
     path = request.url.path
+    if any(segment in (".", "..") for segment in path.split("/")):
+        # `..` would leave the upstream's base path once the URL is resolved (`%2e%2e` included)
+        return _error(400, "invalid_request", "compactor-proxy refuses paths with dot segments (. or ..)")
+    body = await _read_capped(request, proxy.max_body)
     if body is None:
-        log.warning("%s %s: body over %d bytes refused", request.method, path, proxy.max_body)
-        return _error(413, "request_too_large",
-                      f"the request body is over the proxy's limit of {proxy.max_body} bytes; raise it with "
-                      f"--max-body BYTES (or {INPUT_LIMIT_ENV})")
+        return _too_large(proxy, request.method, path)
     api = ROUTES.get(path.rstrip("/")) if request.method == "POST" else None
-    outgoing = await proxy.prepare(api, body) if api else Outgoing(body)
     headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
-    url = proxy.url(path, request.url.query)
+    encoding = request.headers.get("content-encoding", "").strip().lower()
+    readable = body
+    if api and encoding:
+        decoded = _decompressed(body, encoding, proxy.max_body)
+        if decoded is _OVER:
+            return _too_large(proxy, request.method, path)
+        readable = decoded if isinstance(decoded, bytes) else b""  # not one it reads: goes as it came
+    outgoing = await proxy.prepare(api, readable) if api and readable else Outgoing(body)
+    if outgoing.data is None:
+        outgoing = Outgoing(body)  # the client's own bytes, still encoded as they came
+    elif encoding:
+        headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
+    # the path as the client sent it, encoded slashes kept; the upstream's host, never one the
+    # target names (an absolute-form target never reaches here: its path does not start with /)
+    raw = request.scope.get("raw_path")
+    url = proxy.url(raw.decode("latin-1") if isinstance(raw, bytes) else path, request.url.query)
     if api and outgoing.data is not None and outgoing.conversation is not None and proxy.expand_tool:
         return await _expand_rounds(proxy, api, url, headers, outgoing.data, outgoing.conversation)
     log.debug("%s %s -> upstream (%d bytes)", request.method, path, len(outgoing.body))
     return await _relay(proxy, request.method, url, headers, outgoing.body)
+
+
+def _too_large(proxy: Proxy, method: str, path: str) -> Response:
+    log.warning("%s %s: body over %d bytes refused", method, path, proxy.max_body)
+    return _error(413, "request_too_large",
+                  f"the request body is over the proxy's limit of {proxy.max_body} bytes; raise it with "
+                  f"--max-body BYTES (or {INPUT_LIMIT_ENV})")
+
+
+_OVER = object()  # a decompressed body past the cap
+
+
+def _decompressed(body: bytes, encoding: str, cap: int) -> bytes | object | None:
+    """A gzip or deflate body decompressed, never past `cap` bytes (`_OVER` then, so a small bomb
+    costs nothing); None for another encoding or a body that does not decompress."""
+    bits = ENCODINGS.get(encoding)
+    if bits is None:
+        return None
+    inflater = zlib.decompressobj(bits)
+    try:
+        out = inflater.decompress(body, cap + 1)
+    except zlib.error:
+        return None
+    if len(out) > cap or inflater.unconsumed_tail:
+        return _OVER
+    return out if inflater.eof else None
+
+
+def _dumps(data: Any) -> bytes:
+    """A body as JSON in UTF-8; with `\\u` escapes where the text holds lone surrogates UTF-8 cannot
+    carry (they came in as escapes too)."""
+    try:
+        return json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(data).encode("ascii")
 
 
 async def _read_capped(request: Request, cap: int) -> bytes | None:
@@ -287,14 +351,14 @@ async def _relay(proxy: Proxy, method: str, url: str, headers: list[tuple[str, s
         reply = await client.send(client.build_request(method, url, headers=headers, content=body),
                                   stream=True)
     except httpx.HTTPError as exc:
-        return _unreachable(exc)
+        return _unreachable(exc, proxy)
     length = reply.headers.get("content-length", "")
     if length.isdigit() and int(length) <= BUFFER_BYTES and "event-stream" not in reply.headers.get(
             "content-type", ""):  # a small whole reply: one send, without a streaming task per request
         try:
             content = b"".join([chunk async for chunk in reply.aiter_raw()])
         except httpx.HTTPError as exc:
-            return _unreachable(exc)
+            return _unreachable(exc, proxy)
         finally:
             await reply.aclose()
         whole = Response(content, status_code=reply.status_code)
@@ -318,11 +382,11 @@ async def _expand_rounds(proxy: Proxy, api: str, url: str, headers: list[tuple[s
     name = "input" if api == "responses" else "messages"
     streamed = bool(data.get("stream"))
     for round_ in range(MAX_EXPAND_ROUNDS + 1):
-        body = json.dumps(data, ensure_ascii=False).encode("utf-8")
+        body = _dumps(data)
         try:
             reply = await client.post(url, headers=headers, content=body)
         except httpx.HTTPError as exc:
-            return _unreachable(exc)
+            return _unreachable(exc, proxy)
         turn = None
         if reply.is_success and round_ < MAX_EXPAND_ROUNDS:
             answer = _sse_reply(api, reply.content) if streamed else _json(reply.content)
@@ -363,7 +427,12 @@ def _error(status: int, kind: str, message: str) -> Response:
     return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status)
 
 
-def _unreachable(exc: httpx.HTTPError) -> Response:
+def _unreachable(exc: httpx.HTTPError, proxy: Proxy) -> Response:
+    waited = isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout)  # connected, then nothing came
+    if waited:
+        log.warning("upstream timed out: %s", type(exc).__name__)
+        return _error(504, "upstream_timeout", f"the upstream sent nothing for {proxy.timeout:g} seconds; "
+                                               f"raise the wait with --timeout SECONDS")
     log.warning("upstream unreachable: %s", type(exc).__name__)
     return _error(502, "upstream_unreachable", f"compactor-proxy could not reach the upstream "
                                                f"({type(exc).__name__})")
@@ -539,7 +608,7 @@ def _without_expand(api: str, content: bytes, streamed: bool) -> bytes:
     reply = _json(content)
     if reply is None or not _strip_reply(api, reply):
         return content
-    return json.dumps(reply, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return _dumps(reply)
 
 
 def _is_expand(api: str, call: Any) -> bool:
@@ -608,7 +677,7 @@ def _sse_without_expand(api: str, content: bytes) -> bytes:
             changed = True
             edit.touched = False
             head = [line for line in lines if line and not line.startswith(b"data:")]
-            payload = json.dumps(edited, ensure_ascii=False).encode("utf-8", "surrogatepass")
+            payload = _dumps(edited)
             out.append(b"\n".join([*head, b"data: " + payload]))
         else:
             out.append(block)
@@ -766,6 +835,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="offer the expand tool on compacted requests and answer its calls here")
     parser.add_argument("--max-body", type=int, metavar="BYTES",
                         help=f"largest request body (default ${INPUT_LIMIT_ENV}, else 32 MiB)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help=f"seconds to wait on the upstream before a 504 (to connect, and between the "
+                             f"bytes of its reply; default {DEFAULT_TIMEOUT:g})")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = parser.parse_args(argv)
     try:
@@ -777,7 +849,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         app = create_app(args.upstream, window=args.window, trigger=args.trigger,
                          store=os.path.expanduser(args.store) if args.store else None,
-                         expand_tool=args.expand_tool, max_body=args.max_body)
+                         expand_tool=args.expand_tool, max_body=args.max_body, timeout=args.timeout)
     except CompactorError as exc:
         print(f"compactor-proxy: {exc}", file=sys.stderr)
         return exc.exit_code

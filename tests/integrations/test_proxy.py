@@ -4,6 +4,7 @@ clients pointed at the proxy. Skipped without the `proxy` extra."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import itertools
 import json
@@ -599,3 +600,99 @@ def test_a_model_that_only_ever_expands_stops_and_the_client_never_sees_the_call
     reply = openai_client(served).chat.completions.create(model="m", messages=chat_history())  # type: ignore[arg-type]
     assert len(seen) == 5  # MAX_EXPAND_ROUNDS answered, then the reply as it is
     assert not reply.choices[0].message.tool_calls and reply.choices[0].finish_reason == "stop"
+
+
+def raw_request(served: Served, head: bytes, body: bytes = b"{}") -> bytes:
+    """Send one hand-written request (`head`: request line and headers) and read the whole answer."""
+    with socket.create_connection(("127.0.0.1", served.port), timeout=10) as conn:
+        conn.sendall(head + b"Host: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+        return b"".join(iter(lambda: conn.recv(65536), b""))
+
+
+def test_request_targets_never_leave_the_upstream_or_its_path(serve: Callable[..., Served],
+                                                              upstream: FakeUpstream) -> None:
+    served = serve(upstream=upstream.base_url + "/api/v1")
+    for target in (b"http://evil.example/v1/chat/completions", b"@evil.example/v1/models", b"*"):
+        assert raw_request(served, b"POST " + target + b" HTTP/1.1\r\n").startswith(b"HTTP/1.1 4")
+    for target in (b"/v1/../../admin", b"/v1/%2e%2e/%2E%2E/admin", b"/v1/./models", b"/v1/files/..%2f..%2fx"):
+        answer_ = raw_request(served, b"GET " + target + b" HTTP/1.1\r\n")
+        assert answer_.startswith(b"HTTP/1.1 400") and b"dot segment" in answer_, target
+    assert upstream.requests == []
+    raw_request(served, b"GET /v1/files/a%2Fb?x=%2F HTTP/1.1\r\n")  # an encoded slash stays encoded
+    raw_request(served, b"GET //evil.example/v1/models HTTP/1.1\r\n")
+    paths = [r.path for r in upstream.requests]
+    assert paths == ["/api/v1/files/a%2Fb?x=%2F", "/api//evil.example/v1/models"]
+    assert {r.headers["host"] for r in upstream.requests} == {upstream.base_url.split("//")[1]}
+
+
+def test_lone_surrogates_in_a_long_history_do_not_break_the_proxy(serve: Callable[..., Served],
+                                                                   upstream: FakeUpstream) -> None:
+    served = serve()
+    history = chat_history()
+    history[3]["content"] += "SURROGATE"
+    body = json.dumps({"model": "m", "messages": history}).replace("SURROGATE", "\\ud83d \\u00e9")
+    reply = httpx.post(served.root + CHAT, content=body)
+    assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] == "ok"
+    assert upstream.requests[-1].json is not None  # valid JSON went up (as sent, or compacted)
+
+
+def test_a_responses_request_on_server_side_state_goes_as_sent(serve: Callable[..., Served],
+                                                                upstream: FakeUpstream) -> None:
+    served = serve()
+    for state in ({"previous_response_id": "resp_0"}, {"conversation": "conv_1"}):
+        body = json.dumps({"model": "m", **state, "input": responses_history()}).encode()
+        assert httpx.post(served.root + "/v1/responses", content=body).status_code == 200
+        assert upstream.requests[-1].body == body  # what the proxy cannot see, it does not compact
+    assert served.proxy.conversations == {}
+
+
+def test_a_stuck_upstream_is_a_504_after_the_timeout(serve: Callable[..., Served], upstream: FakeUpstream,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    served = serve(timeout=0.5)
+    upstream.respond = lambda request: (time.sleep(2), answer(request))[1]
+    started = time.monotonic()
+    small = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    reply = httpx.post(served.root + CHAT, json=small, timeout=10)
+    assert reply.status_code == 504 and "--timeout" in reply.json()["error"]["message"]
+    assert time.monotonic() - started < 1.5
+    seen: dict[str, Any] = {}
+
+    def run(app: Any, **kwargs: Any) -> None:
+        seen.update(kwargs, timeout=app.state.proxy.timeout)
+
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(uvicorn, "run", run)
+    try:
+        assert main(["--upstream", upstream.base_url, "--window", "1000", "--timeout", "30"]) == 0
+        assert (seen["host"], seen["timeout"]) == ("127.0.0.1", 30.0)  # the default binding is local
+        assert main(["--upstream", upstream.base_url, "--window", "1000"]) == 0
+        assert seen["timeout"] == 600.0
+        assert main(["--upstream", upstream.base_url, "--window", "1000", "--timeout", "0"]) == 2
+        assert "timeout" in capsys.readouterr().err
+    finally:
+        monkey.undo()
+
+
+def test_a_gzip_request_body_is_read_and_compacted(serve: Callable[..., Served],
+                                                   upstream: FakeUpstream) -> None:
+    served = serve(max_body=200_000)
+    plain = json.dumps({"model": "m", "messages": chat_history()}).encode()
+    reply = httpx.post(served.root + CHAT, content=gzip.compress(plain), headers={"content-encoding": "gzip"})
+    assert reply.status_code == 200
+    sent = upstream.requests[-1]
+    assert "content-encoding" not in sent.headers and count_message_tokens(sent.json["messages"]) <= TRIGGER
+    small = gzip.compress(b'{"model":"m","messages":[{"role":"user","content":"hi"}]}')
+    httpx.post(served.root + CHAT, content=small, headers={"content-encoding": "gzip"})
+    assert upstream.requests[-1].body == small and upstream.requests[-1].headers["content-encoding"] == "gzip"
+    bomb = gzip.compress(b'{"messages": "' + b" " * 1_000_000 + b'"}')  # 1 MB from 1 KB: over the cap
+    reply = httpx.post(served.root + CHAT, content=bomb, headers={"content-encoding": "gzip"})
+    assert reply.status_code == 413 and len(upstream.requests) == 2
+
+
+def test_expect_100_continue_is_answered_here_not_forwarded(serve: Callable[..., Served],
+                                                            upstream: FakeUpstream) -> None:
+    served = serve()
+    body = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+    answered = raw_request(served, b"POST /v1/chat/completions HTTP/1.1\r\nExpect: 100-continue\r\n", body)
+    assert answered.startswith(b"HTTP/1.1 100") and b"HTTP/1.1 200" in answered
+    assert upstream.requests[-1].body == body and "expect" not in upstream.requests[-1].headers
