@@ -207,6 +207,7 @@ class FakeUpstream:
         self.requests: list[Recorded] = []
         self.respond: Callable[[Recorded], Answer] | None = None
         self.finished: list[float] = []  # when each streamed answer's last event was written
+        self.aborted: list[float] = []  # when a stream's reader was found gone
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", port), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -254,8 +255,13 @@ class FakeUpstream:
                     self.send_header("Connection", "close")
                     self.end_headers()
                     for n, frame in enumerate(reply.events):
-                        self.wfile.write(frame)
-                        self.wfile.flush()
+                        try:
+                            self.wfile.write(frame)
+                            self.wfile.flush()
+                        except OSError:  # the proxy closed the connection
+                            upstream.aborted.append(time.monotonic())
+                            self.close_connection = True
+                            return
                         if n == len(reply.events) - 1:
                             upstream.finished.append(time.monotonic())
                         time.sleep(reply.gap)

@@ -381,14 +381,16 @@ async def _expand_rounds(proxy: Proxy, api: str, url: str, headers: list[tuple[s
                ("accept-encoding", "identity")]  # the replies are read here, so they come unencoded
     name = "input" if api == "responses" else "messages"
     streamed = bool(data.get("stream"))
-    for round_ in range(MAX_EXPAND_ROUNDS + 1):
+    # with n choices, answering one's expand call would drop the others: each only loses its call
+    rounds = MAX_EXPAND_ROUNDS if data.get("n") in (None, 1) else 0
+    for round_ in range(rounds + 1):
         body = _dumps(data)
         try:
             reply = await client.post(url, headers=headers, content=body)
         except httpx.HTTPError as exc:
             return _unreachable(exc, proxy)
         turn = None
-        if reply.is_success and round_ < MAX_EXPAND_ROUNDS:
+        if reply.is_success and round_ < rounds:
             answer = _sse_reply(api, reply.content) if streamed else _json(reply.content)
             turn = _expand_turn(api, answer, conversation.auto.store) if answer is not None else None
         if turn is None:

@@ -4,6 +4,7 @@ clients pointed at the proxy. Skipped without the `proxy` extra."""
 
 from __future__ import annotations
 
+import copy
 import gzip
 import io
 import itertools
@@ -31,7 +32,7 @@ import compactor
 from compactor import AutoCompactor, count_message_tokens
 from compactor.integrations.proxy import create_app, main
 
-from ..upstream_server import Answer, FakeUpstream, Recorded, answer
+from ..upstream_server import Answer, FakeUpstream, Recorded, answer, sse
 
 KEY = "sk-test-never-log-me-4c1f0a9e"
 WINDOW = 4000
@@ -696,3 +697,148 @@ def test_expect_100_continue_is_answered_here_not_forwarded(serve: Callable[...,
     answered = raw_request(served, b"POST /v1/chat/completions HTTP/1.1\r\nExpect: 100-continue\r\n", body)
     assert answered.startswith(b"HTTP/1.1 100") and b"HTTP/1.1 200" in answered
     assert upstream.requests[-1].body == body and "expect" not in upstream.requests[-1].headers
+
+
+def test_a_client_leaving_mid_stream_closes_the_upstream_stream(serve: Callable[..., Served],
+                                                                upstream: FakeUpstream) -> None:
+    served = serve()
+    upstream.respond = lambda request: Answer(events=tuple(sse({"n": n}) for n in range(200)), gap=0.02,
+                                              content_type="text/event-stream")
+    streamed = {"model": "m", "stream": True, "messages": []}
+    with httpx.stream("POST", served.root + CHAT, json=streamed) as reply:
+        assert next(reply.iter_raw()).startswith(b"data: {")
+    left = time.monotonic()
+    while not upstream.aborted and time.monotonic() < left + 3:
+        time.sleep(0.02)
+    assert upstream.aborted and upstream.aborted[0] - left < 1.0 and not upstream.finished
+    pool = served.proxy.client._transport._pool
+    assert all(c.is_idle() or c.is_closed() for c in pool.connections)  # nothing left reading it
+
+
+def test_two_clients_with_one_opening_never_see_each_others_turns(serve: Callable[..., Served],
+                                                                  upstream: FakeUpstream) -> None:
+    served = serve()
+    mine, theirs = chat_history("Refund #W1003."), chat_history("Refund #W1003.", turns=42)
+    for message in theirs[2:-1]:  # the same opening (one prefix key), other turns
+        if message["role"] == "tool":
+            message["content"] = message["content"].replace("marker", "THEIRS")
+    client = openai_client(served)
+    sent = []
+    for history in (mine, theirs, [*mine, {"role": "assistant", "content": "pending: #W1000"},
+                                   {"role": "user", "content": "Refund it."}]):
+        client.chat.completions.create(model="m", messages=history)  # type: ignore[arg-type]
+        sent.append(json.dumps(upstream.bodies(CHAT)[-1]["messages"]))
+    assert len(served.proxy.conversations) == 1  # one key, so one compactor for both
+    assert "THEIRS" not in sent[0] + sent[2] and "THEIRS" in sent[1]
+    assert "marker-" not in sent[1] and "Refund it." in sent[2]
+    edited = copy.deepcopy(mine)  # a client that edits an earlier message is read again, not remembered
+    edited[3]["content"] = edited[3]["content"].replace("marker-001", "EDITED-001")
+    client.chat.completions.create(model="m", messages=edited)  # type: ignore[arg-type]
+    assert "marker-001" not in json.dumps(upstream.bodies(CHAT)[-1]["messages"])
+
+
+def test_a_compacted_history_sent_back_from_elsewhere_is_not_compacted_twice(
+        serve: Callable[..., Served], upstream: FakeUpstream) -> None:
+    served = serve()
+    client = openai_client(served)
+    client.chat.completions.create(model="m", messages=chat_history())  # type: ignore[arg-type]
+    compacted = upstream.bodies(CHAT)[-1]["messages"]
+    other = serve()  # another proxy (or a restart): it never saw this compaction
+    openai_client(other).chat.completions.create(model="m", messages=[
+        *compacted, {"role": "assistant", "content": "noted"}, {"role": "user", "content": "next?"}])
+    resent = upstream.bodies(CHAT)[-1]["messages"]
+    assert resent[:len(compacted)] == compacted and resent[-1]["content"] == "next?"
+    assert [c.auto.compactions for c in other.proxy.conversations.values()] == [0]
+
+
+def test_concurrent_requests_of_one_conversation_compact_once(serve: Callable[..., Served],
+                                                              upstream: FakeUpstream) -> None:
+    served = serve()
+    history = chat_history()
+    replies: list[int] = []
+
+    def send() -> None:
+        replies.append(httpx.post(served.root + CHAT, json={"model": "m", "messages": history},
+                                  timeout=30).status_code)
+
+    threads = [threading.Thread(target=send) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert replies == [200] * 4
+    bodies = upstream.bodies(CHAT)
+    assert len(bodies) == 4 and all(b == bodies[0] for b in bodies)  # one compaction, reused
+    assert [c.auto.compactions for c in served.proxy.conversations.values()] == [1]
+
+
+@pytest.mark.parametrize(("path", "stream", "bad"), [
+    (CHAT, False, Answer(status=500, body=b"<html><body>Bad</body></html>", content_type="text/html")),
+    (CHAT, False, Answer(body=b'{"choices": [{"message": {"tool_calls": [')),
+    ("/v1/messages", False, Answer(body=b"null")),
+    ("/v1/responses", True, Answer(events=(sse({"type": "response.created", "response": {}}),),
+                                   content_type="text/event-stream")),
+    (CHAT, True, Answer(events=(b"data: {not json\n\n", b": comment\n\n"), content_type="text/event-stream")),
+], ids=["html-500", "cut-json", "json-null", "sse-without-final-event", "sse-not-json"])
+def test_an_odd_upstream_reply_to_a_compacted_request_reaches_the_client_as_it_came(
+        serve: Callable[..., Served], upstream: FakeUpstream, path: str, stream: bool, bad: Answer) -> None:
+    served = serve(expand_tool=True)
+    upstream.respond = lambda request: bad
+    history = anthropic_history() if path == "/v1/messages" else chat_history() if path == CHAT \
+        else responses_history()
+    name = "input" if path == "/v1/responses" else "messages"
+    body = {"model": "m", "max_tokens": 5, "stream": stream, name: history}
+    reply = httpx.post(served.root + path, json=body)
+    assert reply.status_code == bad.status and reply.content == (bad.body or b"".join(bad.events))
+    assert reply.headers["content-type"] == bad.content_type and len(upstream.requests) == 1
+    assert "expand_context" in json.dumps(upstream.requests[0].json)  # it was compacted and offered
+
+
+def test_with_n_choices_the_proxy_does_not_answer_for_one_and_drop_the_others(
+        serve: Callable[..., Served], upstream: FakeUpstream) -> None:
+    served = serve(expand_tool=True)
+    expand = {"id": "call_x", "type": "function",
+              "function": {"name": "expand_context", "arguments": '{"ids": ["0123456789abcdef-0001"]}'}}
+    reply = {"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [expand]},
+         "finish_reason": "tool_calls"},
+        {"index": 1, "message": {"role": "assistant", "content": "two"}, "finish_reason": "stop"}]}
+    upstream.respond = lambda request: Answer(body=json.dumps(reply).encode())
+    got = openai_client(served).chat.completions.create(model="m", n=2, messages=chat_history())  # type: ignore[arg-type]
+    assert len(upstream.requests) == 1 and [c.message.content for c in got.choices] == [None, "two"]
+    assert not got.choices[0].message.tool_calls and got.choices[0].finish_reason == "stop"
+
+
+def test_requests_the_proxy_reads_oddly_still_get_an_answer(serve: Callable[..., Served],
+                                                            upstream: FakeUpstream) -> None:
+    served = serve()
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "iVBORw0KGgo" * 2000}}
+    with_image = chat_history()
+    with_image[1] = {"role": "user", "content": [{"type": "text", "text": "Refund this."}, image]}
+    unanswered = chat_history()
+    del unanswered[5]  # a tool call whose result is missing
+    schemas = [{"type": "function", "function": {"name": f"t{i}", "description": "word " * 400,
+                                                 "parameters": {"type": "object"}}} for i in range(12)]
+    system = [{"type": "text", "text": "You are a support agent.", "cache_control": {"type": "ephemeral"}}]
+    bodies = [
+        (CHAT, {"model": "m", "messages": with_image}),
+        (CHAT, {"model": "m", "messages": unanswered}),
+        (CHAT, {"model": "m", "messages": chat_history(turns=4), "tools": schemas}),  # tools over the trigger
+        (CHAT, {"model": "m", "messages": chat_history(), "n": 2, "stream": True,
+                "stream_options": {"include_usage": True}}),
+        ("/v1/messages", {"model": "m", "max_tokens": 5, "system": system, "messages": anthropic_history()}),
+        ("/v1/responses", {"model": "m", "input": "just a string"}),
+        (CHAT, {"model": "m", "messages": []}), (CHAT, None), (CHAT, 3),
+    ]
+    for path, body in bodies:
+        reply = httpx.post(served.root + path, json=body)
+        assert reply.status_code == 200, (path, body)
+        sent = upstream.requests[-1].json
+        if isinstance(body, dict):
+            assert {k: v for k, v in sent.items() if k not in ("messages", "input")} == \
+                   {k: v for k, v in body.items() if k not in ("messages", "input")}  # the rest as it came
+    assert "image_url" in json.dumps(upstream.bodies(CHAT)[0])  # the image the user sent is not dropped
+    duplicate = b'{"model": "m", "messages": [{"role": "user", "content": "a"}], "messages": ' + \
+        json.dumps(chat_history()).encode() + b"}"  # the last of a duplicate key counts, as in most parsers
+    assert httpx.post(served.root + CHAT, content=duplicate).status_code == 200
+    assert count_message_tokens(upstream.requests[-1].json["messages"]) <= TRIGGER
