@@ -299,7 +299,8 @@ def image_count(message: Message) -> int:
 def hidden_tokens(message: Message, counter: TokenCounter) -> int:
     """Tokens of blocks the message's text leaves out but a request still carries: `thinking`
     blocks (Anthropic's, and the reasoning summaries of Responses items) cost their text, a
-    `redacted_thinking` block its encrypted payload (estimated by length)."""
+    `redacted_thinking` block its encrypted payload (estimated by length), any other block (a
+    document, a server tool's call or results) the strings it carries."""
     content = message.raw.get("content") if message.raw else None
     if not isinstance(content, list):
         return 0
@@ -312,7 +313,26 @@ def hidden_tokens(message: Message, counter: TokenCounter) -> int:
             total += counter.count(block["thinking"])
         elif kind == "redacted_thinking" and isinstance(block.get("data"), str):
             total += len(block["data"]) // 4 + 1
+        elif kind not in _READ_BLOCKS:  # a document, a server tool's call or results: what it carries
+            total += _carried_tokens(block, counter)
     return total
+
+
+#: Blocks whose cost the message's text and image count already hold.
+_READ_BLOCKS = frozenset({"text", "input_text", "output_text", "tool_use", "tool_result", "thinking",
+                          "redacted_thinking", *_IMAGE_BLOCKS})
+
+
+def _carried_tokens(value: Any, counter: TokenCounter) -> int:
+    """The strings a block carries: text counted, long opaque strings (base64, encrypted content)
+    estimated by length on the high side."""
+    if isinstance(value, str):
+        return len(value) // 3 + 1 if len(value) > 200 and " " not in value[:200] else counter.count(value)
+    if isinstance(value, Mapping):
+        return sum(_carried_tokens(item, counter) for item in value.values())
+    if isinstance(value, list | tuple):
+        return sum(_carried_tokens(item, counter) for item in value)
+    return 0
 
 
 def message_tokens(message: Message, counter: TokenCounter) -> int:

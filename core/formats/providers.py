@@ -230,7 +230,12 @@ def _is_call(data: Mapping[str, Any]) -> bool:
 
 def _is_output(data: Mapping[str, Any]) -> bool:
     kind = data.get("type")
-    return isinstance(kind, str) and kind.endswith("_call_output") and isinstance(data.get("call_id"), str)
+    return isinstance(kind, str) and kind.endswith("_call_output") and isinstance(_call_of(data), str)
+
+
+def _call_of(data: Mapping[str, Any]) -> Any:
+    """The call an output answers (a local shell call's output names it by `id`)."""
+    return data.get("call_id", data.get("id") if data.get("type") == "local_shell_call_output" else None)
 
 
 def _assistant_stand_in(run: Sequence[tuple[int, Mapping[str, Any]]]) -> dict[str, Any]:
@@ -268,7 +273,7 @@ def _output_stand_in(at: int, data: Mapping[str, Any]) -> dict[str, Any]:
     output = data.get("output")
     text: Any = output if isinstance(output, str) else (
         _text_blocks(output) if isinstance(output, list) else _object_blocks(output))
-    return {"role": "tool", "tool_call_id": data["call_id"], "content": text,
+    return {"role": "tool", "tool_call_id": _call_of(data), "content": text,
             MARK: {"at": [at], "content": text}}
 
 
@@ -384,6 +389,10 @@ def _anthropic_to_chat(items: Sequence[Any]) -> Translation:
     blocks are its calls, a user turn one tool message per `tool_result` block, then one user
     message for its other blocks."""
     translation = Translation("anthropic", [], items=list(items))
+    for at, item in enumerate(items):  # a Responses list is named as one, whatever its first item
+        data = _mapping(item)
+        if data is not None and (isinstance(data.get("type"), str) or "role" not in data):
+            _anthropic_turn_data(at, item)
     for at, item in enumerate(items):
         data = _anthropic_turn_data(at, item)
         role, content = data["role"], data.get("content")

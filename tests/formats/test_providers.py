@@ -269,3 +269,219 @@ def test_the_expand_tool_is_declared_in_each_format() -> None:
     responses = tool_in(compactor.EXPAND_TOOL, "responses")
     assert responses["type"] == "function" and responses["parameters"] == anthropic["input_schema"]
     assert set(responses) == {"type", "name", "description", "parameters"}
+
+
+# -- what each API's histories carry -----------------------------------------------------------------
+
+
+def _result_turns(out: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {b["tool_use_id"]: b for m in out if isinstance(m["content"], list) for b in m["content"]
+            if b.get("type") == "tool_result"}
+
+
+def test_anthropic_block_keys_stay_on_kept_and_cleared_blocks() -> None:
+    """cache_control and is_error stay where they were; a cleared result keeps its keys, a list of
+    text and image blocks in a result is counted with its image and cleared to a stub."""
+    history = anthropic_history(8)
+    results = [m for m in history
+               if isinstance(m["content"], list) and m["content"][0]["type"] == "tool_result"]
+    results[0]["content"][0]["cache_control"] = {"type": "ephemeral"}
+    results[1]["content"][0]["is_error"] = True
+    png = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo" * 10}
+    results[2]["content"][0]["content"] = [{"type": "text", "text": _order(2)},
+                                           {"type": "image", "source": png}]
+    history[-1]["content"][0]["cache_control"] = {"type": "ephemeral"}
+    before = copy.deepcopy(history)
+    auto = AutoCompactor(10**6)
+    plain = copy.deepcopy(history)
+    plain[history.index(results[2])]["content"][0]["content"] = _order(2)
+    assert auto.tokens(history, format="anthropic") >= auto.tokens(plain, format="anthropic") + 85
+    out = compactor.compact_messages(history, 3_000, tiers=("clear",), keep_tool_results=2)
+    assert history == before
+    blocks = _result_turns(out)
+    assert blocks["toolu_0"]["cache_control"] == {"type": "ephemeral"}
+    assert blocks["toolu_1"]["is_error"] is True
+    assert all(str(blocks[f"toolu_{i}"]["content"]).startswith("[compactor: cleared") for i in range(6))
+    assert set(blocks["toolu_0"]) == set(results[0]["content"][0])
+    assert out[-1] == history[-1] and out[-1]["content"][0]["cache_control"] == {"type": "ephemeral"}
+    anthropic_valid(out)
+
+
+def test_thinking_turns_with_tool_use_stay_as_signed() -> None:
+    """Anthropic rejects a thinking block that changed: every assistant turn kept is the turn as
+    read, its thinking, signature and tool_use in their order."""
+    history = anthropic_history(60)
+    for tiers in (("clear",), ("clear", "reduce", "summary")):
+        out = compactor.compact_messages(history, 2_500, tiers=tiers, keep_tool_results=2)
+        anthropic_valid(out)
+        signed = [m for m in out if m["role"] == "assistant" and isinstance(m["content"], list)
+                  and m["content"][0]["type"] == "thinking"]
+        assert signed and all(m in history for m in signed)
+
+
+def test_server_tool_and_document_blocks_are_counted_and_kept() -> None:
+    """Blocks with no text of their own still cost what they carry: a document, a web search's
+    results; kept, they come back as they were."""
+    policy = "The refund policy allows returns within 30 days. " * 400
+    document = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": policy},
+                "title": "policy.txt", "cache_control": {"type": "ephemeral"}}
+    search = [{"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+               "input": {"query": "refund policy"}},
+              {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1",
+               "content": [{"type": "web_search_result", "url": "https://example.com/refunds",
+                            "title": "Refunds",
+                            "encrypted_content": "EqgfCioIARgBIiQ3YTAwMjY1" * 300, "page_age": "2 days"}]},
+              {"type": "text", "text": "Returns are accepted within 30 days."}]
+    question = {"type": "text", "text": "Can I return order #W1003?"}
+    history = [{"role": "user", "content": [document, question]},
+               {"role": "assistant", "content": search},
+               *anthropic_history(30)[1:]]
+    auto = AutoCompactor(10**6, format="anthropic")
+    alone = auto.tokens(history[2:])
+    assert auto.tokens(history[:1]) > 3_000  # the document's 20,000 characters
+    assert auto.tokens(history[1:2]) > 2_000  # the encrypted results, estimated on the high side
+    assert auto.tokens(history) > alone + 5_000
+    out = compactor.compact_messages(history, 12_000, tiers=("summary",), format="anthropic")
+    anthropic_valid(out)
+    assert out[0]["content"][0] == document  # the request the person sent, verbatim
+    searched = [m for m in out if m["role"] == "assistant" and isinstance(m["content"], list)
+                and m["content"][0]["type"] == "server_tool_use"]
+    assert searched in ([], [history[1]])  # summarised, or kept as it was
+    assert auto.tokens(out) <= 12_000
+
+
+def test_an_anthropic_list_that_is_not_one_is_refused() -> None:
+    system = [{"role": "system", "content": "You are terse."}, *anthropic_history(1)]
+    with pytest.raises(compactor.InputError, match="top-level `system`"):
+        compactor.compact_messages(system, 500, format="anthropic")
+    with pytest.raises(compactor.InputError, match='format="responses"'):
+        compactor.compact_messages(responses_history(2), 500, format="anthropic")
+    with pytest.raises(compactor.InputError, match='format="chat"'):
+        compactor.compact_messages([{"role": "user", "content": "hi"},
+                                    {"role": "tool", "tool_call_id": "a", "content": "x"}],
+                                   500, format="anthropic")
+    with pytest.raises(compactor.InputError, match='format="anthropic"'):
+        AutoCompactor(500, format="responses").maybe_compact(anthropic_history(2))
+    with pytest.raises(compactor.InputError, match='format="chat"'):
+        compactor.compact_messages([{"role": "user", "content": "hi"}, {"role": "assistant", "content": None,
+                                    "tool_calls": [{"id": "c", "type": "function",
+                                                    "function": {"name": "f", "arguments": "{}"}}]}],
+                                   500, format="responses")
+
+
+def test_consecutive_turns_of_one_role_come_back_as_they_came() -> None:
+    """The API reads neighbouring turns of one role as one turn: kept, they stay two turns; the
+    summary still joins the turn next to it."""
+    history = anthropic_history(40)
+    history.insert(1, {"role": "user", "content": "My email is mia@example.com."})
+    history.insert(len(history), {"role": "user", "content": [{"type": "text", "text": "And #W1039 too."}]})
+    out = compactor.compact_messages(history, 3_000, keep_last=3, tiers=("summary",), format="anthropic")
+    assert out[-2:] == history[-2:] and out[0]["role"] == "user"
+    assert sum(1 for m in out for b in (m["content"] if isinstance(m["content"], list) else [])
+               if b.get("text") == out.summary) == 1
+
+
+def _responses_tools() -> list[dict[str, Any]]:
+    """Every kind of Responses item a loop's input may hold."""
+    shot = {"type": "computer_screenshot", "image_url": "data:image/png;base64," + "iVBORw0KGgo" * 200}
+    return [
+        {"type": "message", "role": "user",
+         "content": [{"type": "input_text", "text": "Book order #W1003."}]},
+        {"type": "reasoning", "id": "rs_a", "summary": [], "encrypted_content": "gAAAA" * 40},
+        {"type": "web_search_call", "id": "ws_a", "status": "completed",
+         "action": {"type": "search", "query": "q"}},
+        {"type": "message", "role": "assistant", "id": "msg_a", "status": "completed",
+         "content": [{"type": "output_text", "text": "Searching.", "annotations": []}]},
+        {"type": "file_search_call", "id": "fs_a", "status": "completed", "queries": ["refund"],
+         "results": [{"file_id": "file_1", "text": "Refunds take 5 days. " * 50}]},
+        {"type": "computer_call", "id": "cu_a", "call_id": "call_cu", "status": "completed",
+         "action": {"type": "screenshot"}, "pending_safety_checks": []},
+        {"type": "computer_call_output", "id": "cuo_a", "call_id": "call_cu", "output": shot},
+        {"type": "custom_tool_call", "id": "ct_a", "call_id": "call_ct", "name": "apply_patch",
+         "input": "*** Begin Patch\n" + "+line\n" * 200},
+        {"type": "custom_tool_call_output", "call_id": "call_ct", "output": "patched " * 300},
+        {"type": "local_shell_call", "id": "ls_a", "call_id": "call_ls", "status": "completed",
+         "action": {"type": "exec", "command": ["ls", "-la"], "env": {}}},
+        {"type": "local_shell_call_output", "id": "call_ls", "output": "total 0\n" * 200},
+        {"type": "mcp_call", "id": "mcp_a", "server_label": "shop", "name": "get_order",
+         "arguments": "{\"id\":\"#W1003\"}", "output": "{\"status\":\"delivered\"}"},
+        {"type": "item_reference", "id": "msg_old"},
+        {"type": "function_call", "id": "fc_z", "call_id": "call_z", "name": "get_order",
+         "status": "completed",
+         "arguments": "{\"order_id\":\"#W1003\"}"},
+        {"type": "function_call_output", "id": "fco_z", "call_id": "call_z", "status": "completed",
+         "output": _order(3)},
+    ]
+
+
+def responses_pairs_valid(items: list[dict[str, Any]]) -> None:
+    """Each *_call_output after the call with its call_id; a local shell output after its call."""
+    seen: set[str] = set()
+    for item in items:
+        kind = str(item.get("type"))
+        if kind.endswith("_call") and "call_id" in item:
+            seen.add(item["call_id"])
+        elif kind == "local_shell_call_output":
+            assert item["id"] in seen
+        elif kind.endswith("_call_output"):
+            assert item["call_id"] in seen, item
+
+
+def test_every_responses_item_kind_survives_clearing_and_summary() -> None:
+    history = [*_responses_tools() * 1]
+    for i in range(12):  # more outputs after, so the ones above are old enough to clear
+        history += [{"type": "function_call", "call_id": f"call_{i}", "name": "get_order",
+                     "arguments": json.dumps({"order_id": f"#W{1000 + i}"})},
+                    {"type": "function_call_output", "call_id": f"call_{i}", "output": _order(i)}]
+    before = copy.deepcopy(history)
+    assert wire_of(history) == "responses"
+    cleared = compactor.compact_messages(history, 3_000, tiers=("clear",), keep_tool_results=2)
+    assert history == before
+    responses_pairs_valid(cleared)
+    assert [i.get("type") for i in cleared] == [i.get("type") for i in history]
+    shot = next(i for i in cleared if i["type"] == "computer_call_output")
+    assert shot == history[6]  # an image output has no text to stand for it: it stays as it was
+    custom = next(i for i in cleared if i["type"] == "custom_tool_call_output")
+    assert custom["output"].startswith("[compactor: cleared") and custom["call_id"] == "call_ct"
+    for kind in ("web_search_call", "file_search_call", "mcp_call", "item_reference", "reasoning"):
+        assert [i for i in cleared if i["type"] == kind] == [i for i in history if i["type"] == kind]
+    short = compactor.compact_messages(history, 2_500, tiers=("summary",), keep_last=2)
+    responses_pairs_valid(short)
+    responses_valid([i for i in short if i.get("type") != "reasoning" or i in history])
+
+
+def _chat_pair() -> list[dict[str, Any]]:
+    return [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+
+
+@pytest.mark.parametrize("make", [lambda: anthropic_history(3), lambda: responses_history(3), _chat_pair,
+                                  _responses_tools],
+                         ids=["anthropic", "responses", "chat", "responses-kinds"])
+def test_a_small_history_round_trips_byte_for_byte(make: Any) -> None:
+    history = make()
+    text = json.dumps(history)
+    out = compactor.compact_messages(history, 10**6)
+    assert json.dumps(list(out)) == text and json.dumps(history) == text
+    assert list(out) == history
+    auto = AutoCompactor(10**6)
+    assert all(a is b for a, b in zip(auto.maybe_compact(history), history, strict=True))
+
+
+@pytest.mark.xfail(strict=True, reason="compact_messages runs the cheap tiers on a history already under "
+                   "its budget (core/apps/conversation.py: _compact_chat), in every format")
+def test_the_cheap_tiers_leave_a_history_under_its_budget_alone() -> None:
+    history = anthropic_history(3)
+    out = compactor.compact_messages(history, 10**6, tiers=compactor.TIERS)
+    assert list(out) == history
+
+
+def test_detection_of_ambiguous_lists() -> None:
+    # only text: every format reads it, the chat path gives it back in the same shape
+    assert wire_of([{"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                    {"role": "assistant", "content": "yo"}]) == "chat"
+    assert wire_of([{"role": "user", "content": "hi"}, {"type": "function_call_output", "call_id": "c",
+                                                          "output": "x"}]) == "responses"
+    thinking = {"type": "thinking", "thinking": "t", "signature": "s"}
+    assert wire_of([{"role": "assistant", "content": [thinking]}]) == "anthropic"
+    document = {"type": "document", "source": {"type": "text", "data": "d"}}
+    assert wire_of([{"role": "user", "content": [document]}]) == "anthropic"
