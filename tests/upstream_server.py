@@ -210,7 +210,9 @@ class FakeUpstream:
         self.aborted: list[float] = []  # when a stream's reader was found gone
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", port), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # a short poll: `close` (shutdown) waits for one, and every test closes a server
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
+                                        daemon=True)
 
     @property
     def base_url(self) -> str:
