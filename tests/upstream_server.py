@@ -29,6 +29,7 @@ class Answer:
     events: tuple[bytes, ...] = ()
     gap: float = 0.0
     content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()  # more response headers
 
 
 @dataclass(frozen=True)
@@ -253,6 +254,8 @@ class FakeUpstream:
                 reply = upstream._answer(request)
                 self.send_response(reply.status)
                 self.send_header("Content-Type", reply.content_type)
+                for name, value in reply.headers:
+                    self.send_header(name, value)
                 if reply.events:
                     self.send_header("Connection", "close")
                     self.end_headers()
@@ -271,7 +274,11 @@ class FakeUpstream:
                     return
                 self.send_header("Content-Length", str(len(reply.body)))
                 self.end_headers()
-                self.wfile.write(reply.body)
+                try:
+                    self.wfile.write(reply.body)
+                except OSError:  # the proxy gave up waiting (its timeout) and closed the connection
+                    upstream.aborted.append(time.monotonic())
+                    self.close_connection = True
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
 

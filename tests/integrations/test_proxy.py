@@ -842,3 +842,25 @@ def test_requests_the_proxy_reads_oddly_still_get_an_answer(serve: Callable[...,
         json.dumps(chat_history()).encode() + b"}"  # the last of a duplicate key counts, as in most parsers
     assert httpx.post(served.root + CHAT, content=duplicate).status_code == 200
     assert count_message_tokens(upstream.requests[-1].json["messages"]) <= TRIGGER
+
+
+def test_headers_hosts_lengths_encodings_and_both_keys(serve: Callable[..., Served], upstream: FakeUpstream,
+                                                       debug_log: io.StringIO) -> None:
+    served = serve()
+    headers = {"host": "evil.example", "x-api-key": KEY, "authorization": f"Bearer {KEY}",
+               "accept-encoding": "gzip", "connection": "keep-alive, x-drop", "te": "trailers"}
+    reply = httpx.post(served.root + CHAT + f"?key={KEY}", json={"model": "m", "messages": chat_history()},
+                       headers=headers)
+    got = upstream.requests[-1]
+    assert got.headers["host"] == upstream.base_url.split("//")[1]  # the upstream's own host
+    assert got.headers["content-length"] == str(len(got.body)) and len(got.body) < len(reply.request.content)
+    assert (got.headers["x-api-key"], got.headers["authorization"]) == (KEY, f"Bearer {KEY}")
+    assert "te" not in got.headers and got.headers["accept-encoding"] == "gzip"
+    zipped = gzip.compress(json.dumps(answer(got).body.decode()).encode())  # goes back as it came
+    upstream.respond = lambda request: Answer(body=zipped, headers=(("Content-Encoding", "gzip"),))
+    reply = httpx.post(served.root + CHAT, json={"model": "m", "messages": chat_history()}, headers=headers)
+    assert reply.headers["content-encoding"] == "gzip" and json.loads(reply.json())["choices"]
+    upstream.respond = lambda request: (time.sleep(1.5), answer(request))[1]
+    slow = serve(timeout=0.3)
+    error = httpx.post(slow.root + CHAT + f"?key={KEY}", json={"model": "m", "messages": []}, headers=headers)
+    assert error.status_code == 504 and KEY not in error.text and KEY not in debug_log.getvalue()
