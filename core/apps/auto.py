@@ -418,7 +418,7 @@ def _digest(items: Sequence[Any]) -> str:
     """A fingerprint of a history (its items as plain data), to know a history again."""
     data = json.dumps([dict(as_mapping(item, "item")) for item in items], sort_keys=True, default=str,
                       ensure_ascii=False)
-    return hashlib.sha256(data.encode("utf-8")).hexdigest()
+    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class AutoCounters:

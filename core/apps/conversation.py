@@ -221,7 +221,9 @@ def _compact_chat(messages: Iterable[Any] | str | bytes, budget: int | None = No
     current, current_parsed = items, parsed
     stored: list[tuple[Source, Chunk]] = []
     replaced: dict[int, str] = {}
-    for name in ("clear", "reduce"):
+    # a history already within the budget is left as it is: the cheap tiers only shrink what must shrink
+    cheap = ("clear", "reduce") if messages_tokens(parsed, counter) > room else ()
+    for name in cheap:
         if name not in chosen:
             continue
         if name == "clear":

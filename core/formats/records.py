@@ -363,8 +363,8 @@ def read_paths(paths: Iterable[str | os.PathLike[str]], stdin: BinaryIO | None =
     `max_input_bytes()` of them in all."""
     sources: list[Source] = []
     allowance = _Allowance(max_input_bytes())
-    paths = [str(p) for p in paths]
-    for raw in paths:
+    names = [str(p) for p in paths]
+    for raw in names:
         if raw == "-":
             stream = stdin if stdin is not None else sys.stdin.buffer
             data = allowance.read(stream, "<stdin>")
@@ -385,7 +385,7 @@ def read_paths(paths: Iterable[str | os.PathLike[str]], stdin: BinaryIO | None =
         else:
             raise InputError(f"{raw}: no such file or directory")
     if not sources or all(not s.text.strip() for s in sources):
-        shown = ", ".join("<stdin>" if p == "-" else p for p in paths)
+        shown = ", ".join("<stdin>" if p == "-" else p for p in names)
         raise InputError(f"{shown}: the input is empty: there is no text to compress")
     return sources
 
