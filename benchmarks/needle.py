@@ -36,10 +36,26 @@ Needles and distractors
     them when the echo and stuffed sentences of two or three questions outgrow the budget: at commit
     9270ec2 it kept all needles in 63 % of the English trials and 10 % of the Chinese ones.)
 
+Templated distractors (``--suite templated``)
+    Syndicated or templated text: one needle among 10, 100 or 500 sentences filled from a few
+    templates of the same record type ("Rosa Dahl joined the Orla choir in 1987.", "The Orla choir
+    gave 31 concerts in 2002, Ivo Holm said."), each holding the question's key word and differing
+    by a name or a number, inserted at random sentence starts of ~30k tokens of real text. Four
+    English topics (who founded a choir, how long a bridge is, when a library opened, where a
+    festival is held) and three Chinese ones, each with several question and needle wordings and
+    names built from first-name and surname lists, so nothing is fitted to one phrasing. Two kinds of
+    question: *naming* names the needle's entity ("Who founded the Orla choir?"; every distractor
+    names it too), *single* shares one word with the needle ("Who started the choir?" against
+    "Marta Ruiz founded the Orla choir in 1962."; the distractors name other entities). A trial
+    counts when the answer is in the 2000-token output; printed beside BM25 over sentences.
+    Target: >= 90 % in every variant.
+
 Usage::
 
     python benchmarks/needle.py [--trials 30] [--seed 0] [--budget 2000] [--lang en|zh|en,zh]
                                 [--show N]   # print the query and output of the first N failed trials
+                                [--suite families,templated] [--templated-trials 20]
+                                [--templated-tokens 30000]
 
 Needs rank_bm25 (the ``bench`` extra) for the baseline.
 """
@@ -409,6 +425,215 @@ def make_trial(index: int, k: int, docs: list[str], families: list[Family], rng:
 
 
 # --------------------------------------------------------------------------------------------
+# Templated distractors: one template filled with hundreds of names
+# --------------------------------------------------------------------------------------------
+
+FIRST = ["Anna", "Tom", "Marta", "Paul", "Ines", "Karl", "Lena", "Oscar", "Rosa", "Viktor", "Greta", "Felix",
+         "Nora", "Emil", "Sofia", "Bruno", "Clara", "Anton", "Ida", "Matteo", "Freya", "Lucas", "Hanna",
+         "Ivo", "Julia", "Otto", "Vera", "Rui", "Alma", "Teo"]
+LAST = ["Berg", "Ruiz", "Novak", "Keller", "Moreau", "Lund", "Costa", "Fischer", "Horvat", "Jensen", "Bauer",
+        "Silva", "Kowalski", "Dahl", "Marin", "Vogel", "Rossi", "Nagy", "Holm", "Weber", "Ferreira", "Strand",
+        "Lindgren", "Kovac", "Brandt", "Duarte", "Sorensen", "Mayer", "Popescu", "Ortega"]
+ZH_SURNAMES = list("王李张刘陈杨黄赵周吴徐孙马朱胡郭何林罗郑梁谢宋唐许韩冯"
+                   "邓曹彭曾田董潘袁蔡蒋余杜叶程魏苏吕丁沈")
+ZH_GIVEN = ["伟", "芳", "娜", "敏", "静", "丽", "强", "磊", "军", "洋", "勇", "艳", "杰", "娟", "涛",
+            "明", "超", "秀兰", "霞", "平", "刚", "桂英", "建华", "文博", "子涵", "思远", "雨桐", "浩然",
+            "晓东", "海燕"]
+FESTIVALS = ["Kestrel", "Lantern", "Harvest", "Driftwood", "Saltmarsh", "Midsummer", "Copper", "Meadow",
+             "Tidewater", "Juniper", "Brass Band", "Riverlight"]
+DENSITIES = (10, 100, 500)
+TEMPLATED_TOKENS = 30_000
+
+
+def _person(rng: random.Random) -> str:
+    return f"{rng.choice(FIRST)} {rng.choice(LAST)}"
+
+
+def _zh_person(rng: random.Random) -> str:
+    return rng.choice(ZH_SURNAMES) + rng.choice(ZH_GIVEN)
+
+
+@dataclass(frozen=True)
+class Topic:
+    """One templated record type: hundreds of sentences share its key word and differ by a name or
+    a number; one sentence (the needle) answers the question.
+
+    Format strings over {e} (an entity: the choir's town, the bridge's river), {v} (the answer),
+    {p} (a person), {n} (a number), {y} (a year). `naming` questions name the needle's entity, and
+    then every distractor names it too; `single` questions share one word with the needle, and the
+    distractors name other entities. No question template shares a word with a needle template but
+    the key word (and the entity, when named)."""
+
+    name: str
+    lang: str
+    entities: Sequence[str]
+    value: Callable[[random.Random], str]
+    naming: Sequence[str]
+    single: Sequence[str]
+    needles: Sequence[str]
+    distractors: Sequence[str]
+
+    def fill(self, template: str, rng: random.Random, entity: str, value: str = "") -> str:
+        zh = self.lang == "zh"
+        return template.format(e=entity, v=value, p=(_zh_person if zh else _person)(rng),
+                               n=rng.randrange(2, 400), y=rng.randrange(1950, 2024))
+
+
+TOPICS = [
+    Topic("choir", "en", TOWNS, _person,
+          naming=["Who founded the {e} choir?", "Which person set up the {e} choir?",
+                  "Who was the founder of the {e} choir?"],
+          single=["Who started the choir?", "Whose idea was the choir?", "Which person got the choir going?"],
+          needles=["The {e} choir was founded by {v} in {y}.",
+                   "{v} founded the {e} choir in {y} with a handful of friends.",
+                   "In {y}, {v} gathered the first singers of what became the {e} choir."],
+          distractors=["{p} joined the {e} choir in {y}.",
+                       "{p} has sung alto in the {e} choir for {n} years.",
+                       "The {e} choir gave {n} concerts in {y}, {p} said.",
+                       "{p} left the {e} choir after {n} seasons.",
+                       "Tickets for the {e} choir's spring concert cost {n} euros, according to {p}."]),
+    Topic("bridge", "en", CITIES, lambda rng: f"{rng.randrange(120, 2400)} metres",
+          naming=["How long is the {e} bridge?", "What is the length of the {e} bridge?"],
+          single=["What distance does the bridge cover?", "How long is the bridge?",
+                  "What is the total length of the bridge?"],
+          needles=["The {e} bridge spans {v} from bank to bank.",
+                   "From one end to the other, the {e} bridge measures {v}.",
+                   "Engineers built the {e} bridge to reach {v} across the river."],
+          distractors=["{p} crossed the {e} bridge on foot in {y}.",
+                       "Traffic on the {e} bridge fell by {n} percent in {y}.",
+                       "The {e} bridge was closed for {n} days after a storm in {y}.",
+                       "{p} painted the railings of the {e} bridge in {y}.",
+                       "About {n} cars use the {e} bridge every hour, {p} said."]),
+    Topic("library", "en", CITIES, _date,
+          naming=["When did the {e} library open?", "On what date did the {e} library open its doors?"],
+          single=["When did the library open?", "On which day was the library inaugurated?",
+                  "What was the opening date of the library?"],
+          needles=["The {e} library welcomed its first readers on {v}.",
+                   "Readers first walked into the {e} library on {v}.",
+                   "On {v}, the {e} library lent its first book."],
+          distractors=["{p} borrowed {n} books from the {e} library in {y}.",
+                       "The {e} library lent {n} books in {y}.",
+                       "{p} has worked at the {e} library since {y}.",
+                       "The {e} library closed for {n} weeks in {y} for repairs, {p} said.",
+                       "{p} gave {n} old maps to the {e} library in {y}."]),
+    Topic("festival", "en", FESTIVALS, lambda rng: rng.choice(SEED_PLACES),
+          naming=["Where is the {e} festival held?", "In which town does the {e} festival take place?"],
+          single=["Where is the festival held?", "In which town does the festival take place?",
+                  "Where can you go to the festival?"],
+          needles=["The {e} festival is staged every summer in {v}.",
+                   "Every August the {e} festival fills the streets of {v}.",
+                   "Since {y} the {e} festival has found its home in {v}."],
+          distractors=["{p} played at the {e} festival in {y}.", "The {e} festival sold {n} tickets in {y}.",
+                       "{p} has run the {e} festival's food stalls since {y}.",
+                       "Rain cut the {e} festival short in {y}, {p} said.",
+                       "{p} won the {e} festival's poster prize in {y} with {n} votes."]),
+    Topic("zh-choir", "zh", ZH_TOWNS, _zh_person,
+          naming=["{e}合唱团是谁创办的？", "{e}合唱团的创始人是谁？"],
+          single=["合唱团是谁创办的？", "谁成立了合唱团？", "合唱团的创始人是哪位？"],
+          needles=["{e}合唱团由{v}于{y}年组建。", "{y}年，{v}召集了第一批歌手，组成了{e}合唱团。",
+                   "{v}在{y}年和几位朋友一起组建了{e}合唱团。"],
+          distractors=["{p}于{y}年加入{e}合唱团。", "{p}在{e}合唱团唱了{n}年女低音。",
+                       "{y}年{e}合唱团举办了{n}场音乐会，{p}说。", "{p}在{e}合唱团待了{n}个演出季后离开。",
+                       "据{p}介绍，{e}合唱团春季音乐会的门票是{n}元。"]),
+    Topic("zh-bridge", "zh", ZH_CITIES, lambda rng: f"{rng.randrange(120, 2400)}米",
+          naming=["{e}大桥有多长？", "{e}大桥的长度是多少？"],
+          single=["这座大桥有多长？", "大桥的长度是多少？", "大桥总长多少？"],
+          needles=["{e}大桥跨越{v}，连接两岸。", "从南岸到北岸，{e}大桥横跨{v}。",
+                   "工程师把{e}大桥修到了{v}宽的江面上。"],
+          distractors=["{p}在{y}年步行走过{e}大桥。", "{y}年{e}大桥的车流量下降了百分之{n}。",
+                       "{y}年的暴风雨后，{e}大桥关闭了{n}天。", "{p}在{y}年给{e}大桥的栏杆刷了漆。",
+                       "{p}说，每小时约有{n}辆车通过{e}大桥。"]),
+    Topic("zh-library", "zh", ZH_CITIES, lambda rng: f"{rng.randrange(1950, 2024)}年{rng.randrange(1, 13)}月"
+          f"{rng.randrange(1, 29)}日",
+          naming=["{e}图书馆是什么时候开放的？", "{e}图书馆哪天开馆？"],
+          single=["图书馆是什么时候开放的？", "图书馆哪天开馆？", "图书馆的开馆日期是哪天？"],
+          needles=["{e}图书馆于{v}迎来第一批读者。", "{v}，第一批读者走进了{e}图书馆。",
+                   "{v}，{e}图书馆借出了第一本书。"],
+          distractors=["{p}在{y}年从{e}图书馆借了{n}本书。", "{y}年{e}图书馆共借出{n}本书。",
+                       "{p}从{y}年起在{e}图书馆工作。", "{y}年{e}图书馆闭馆维修{n}周，{p}说。",
+                       "{p}在{y}年向{e}图书馆捐赠了{n}张旧地图。"]),
+]
+
+
+def make_templated(docs: list[str], topic: Topic, kind: str, density: int, rng: random.Random,
+                   haystack_tokens: int) -> Trial:
+    """Real text, one needle and `density` distractors filled from the topic's templates, all at random
+    sentence starts; the question names the needle's entity (`naming`) or shares one word (`single`)."""
+    zh = topic.lang == "zh"
+    start = rng.randrange(len(docs))
+    haystack = text_of_tokens(docs[start:] + docs[:start], haystack_tokens, ENC)
+    while True:
+        entity = rng.choice(topic.entities)
+        value = topic.value(rng)
+        answer = norm(value, zh)
+        if answer not in norm(haystack, zh):
+            break
+    fact = topic.fill(rng.choice(topic.needles), rng, entity, value)
+    query = rng.choice(topic.naming if kind == "naming" else topic.single).format(e=entity)
+    starts = boundaries(haystack, zh)
+    sep = "" if zh else " "
+    pos = rng.choice(starts)
+    inserts = [(pos, fact + sep)]
+    for _ in range(density):
+        while True:
+            other = entity if kind == "naming" else rng.choice(topic.entities)
+            sentence = topic.fill(rng.choice(topic.distractors), rng, other)
+            if answer not in norm(sentence, zh):
+                break
+        inserts.append((rng.choice(starts), sentence + sep))
+    text = haystack
+    for at, piece in sorted(inserts, key=lambda x: -x[0]):
+        text = text[:at] + piece + text[at:]
+    needle = Needle(query, fact, value, topic.name)
+    assert norm(text, zh).count(answer) == 1, needle
+    return Trial(0, 1, text, query, [needle], [pos / len(haystack)], topic.lang)
+
+
+def run_templated(lang: str, trials: int, seed: int, budget: int, show: int, haystack_tokens: int) -> bool:
+    """Every (question kind, density) variant of one language; prints the table, returns the verdict."""
+    zh = lang == "zh"
+    docs = chinese_documents() if zh else english_documents()
+    topics = [t for t in TOPICS if t.lang == lang]
+    print(f"\n== {lang} templated: {trials} trials per variant, ~{haystack_tokens // 1000}k tokens of real "
+          f"text, one needle among templated distractors sharing the question's words, budget {budget}",
+          flush=True)
+    print(f"{'question':<9}{'distractors':>12}{'compactor':>11}{'bm25':>7}{'CPU s/trial':>13}{'over':>6}")
+    ok = True
+    shown = 0
+    for kind in ("naming", "single"):
+        for density in DENSITIES:
+            rng = random.Random(f"needle-templated:{seed}:{lang}:{kind}:{density}")
+            kept = {"compactor": 0, "bm25": 0}
+            cpu: list[float] = []
+            over = 0
+            for t in range(trials):
+                trial = make_templated(docs, topics[t % len(topics)], kind, density, rng, haystack_tokens)
+                t0 = time.process_time()
+                out = compactor.compress(trial.text, query=trial.query, budget=budget, pipeline="qa")
+                cpu.append(time.process_time() - t0)
+                over += len(ENC.encode_ordinary(out)) > budget
+                hit = norm(trial.needles[0].answer, zh) in norm(out, zh)
+                kept["compactor"] += hit
+                kept["bm25"] += norm(trial.needles[0].answer, zh) in norm(
+                    bm25_compress(trial.text, trial.query, budget, zh), zh)
+                if not hit and shown < show:
+                    shown += 1
+                    print(f"\n-- failed ({kind}, {density}): {trial.query}\n   needle: "
+                          f"{trial.needles[0].fact}\n   output:\n{out}\n")
+            share = kept["compactor"] / trials
+            ok = ok and share >= TARGET and over == 0
+            print(f"{kind:<9}{density:>12}{100 * share:>10.0f}%{100 * kept['bm25'] / trials:>6.0f}%"
+                  f"{statistics.median(cpu):>13.2f}{over:>6}", flush=True)
+    if ok:
+        print(f"PASS  {lang} templated: compactor keeps the needle in >= {100 * TARGET:.0f}% of trials in "
+              "every variant, never over budget")
+    else:
+        print(f"FAIL  {lang} templated: some variant keeps the needle in under {100 * TARGET:.0f}% of "
+              "trials, or goes over budget")
+    return ok
+
+
+# --------------------------------------------------------------------------------------------
 # BM25 sentence baseline
 # --------------------------------------------------------------------------------------------
 
@@ -549,6 +774,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=2000)
     parser.add_argument("--lang", default="en", help="en, zh or en,zh (default en)")
     parser.add_argument("--show", type=int, default=0, help="print query and output of the first N failures")
+    parser.add_argument("--suite", default="families,templated",
+                        help="families (the 300-distractor suite), templated (the density variants) or both")
+    parser.add_argument("--templated-trials", type=int, default=20, help="trials per templated variant")
+    parser.add_argument("--templated-tokens", type=int, default=TEMPLATED_TOKENS,
+                        help="tokens of real text in a templated trial")
     args = parser.parse_args(argv)
     print_environment(["rank-bm25"])
     if not eval_dir().is_dir():
@@ -559,8 +789,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:
         print("rank_bm25 is missing: pip install '.[bench]'", file=sys.stderr)
         return 2
+    suites = args.suite.split(",")
     for lang in [x for x in args.lang.split(",") if x]:
-        run_language(lang, args.trials, args.seed, args.budget, args.show)
+        if "families" in suites:
+            run_language(lang, args.trials, args.seed, args.budget, args.show)
+        if "templated" in suites:
+            run_templated(lang, args.templated_trials, args.seed, args.budget, args.show,
+                          args.templated_tokens)
     return 0
 
 

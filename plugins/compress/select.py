@@ -19,6 +19,7 @@ from compactor.text.language import is_chinese
 from compactor.text.relevance import index_terms
 from compactor.text.sentences import split_sentences
 from compactor.text.spans import safe_pieces
+from compactor.text.templates import TemplateGroups
 from compactor.text.terms import terms
 
 #: A chunk is cut to fit only when at least this much room is left, and only this many per pass.
@@ -72,14 +73,44 @@ def mmr_order(chunks: list[Chunk], value: dict[str, float], redundancy: float,
     return ranked + [c for c in by_value if c.id not in done]
 
 
+def template_values(chunks: list[Chunk], value: dict[str, float], decay: float,
+                    enough: int | None = None) -> dict[str, float]:
+    """Values with near-duplicates discounted: the k-th further member of a template group
+    (`compactor.text.templates`) keeps `decay`**k of its value, so one template filled with a
+    hundred names cannot fill the budget while other candidates wait.
+
+    Lazy, best first: a chunk is grouped only when no discounted chunk still waiting beats its
+    plain value; once `enough` tokens are ranked the rest keep their plain value (none of them can
+    enter the budget), so an input of thousands of sentences costs only its contenders.
+    """
+    if decay >= 1:
+        return value
+    by_value = sorted(chunks, key=lambda c: (-value[c.id], c.source_id, c.index))
+    out = dict(value)
+    groups = TemplateGroups()
+    waiting: list[tuple[float, int, int]] = []  # (-discounted value, position, tokens)
+    ranked = 0
+    for position, chunk in enumerate(by_value):
+        while waiting and -waiting[0][0] >= value[chunk.id]:
+            ranked += heapq.heappop(waiting)[2]
+        if enough is not None and ranked >= enough:
+            break
+        if value[chunk.id] <= 0:
+            break  # nothing to discount
+        out[chunk.id] = value[chunk.id] * decay ** groups.add(chunk.text)
+        heapq.heappush(waiting, (-out[chunk.id], position, chunk.tokens))
+    return out
+
+
 class SelectCompressor(Component):
     """Keeps chunks by value within the budget and preserves their order.
 
     Value is the `combined` score when scorers ran, else position (earlier first); near-repeats of
-    what is already kept are penalised (MMR, `redundancy`). When a chunk does not fit whole, its
-    sentences that fit are kept (the most query-relevant ones when there is a query, else the
-    leading ones), so the budget is used closely. Overlapping kept chunks are merged so no text
-    repeats. `share` (or a `validate.ratio` retry) uses only part of the budget.
+    what is already kept are penalised (MMR, `redundancy`), and each further sentence of one
+    template (the same words but a name or number) keeps only a share of its value (`templates`).
+    When a chunk does not fit whole, its sentences that fit are kept (the most query-relevant ones
+    when there is a query, else the leading ones), so the budget is used closely. Overlapping kept
+    chunks are merged so no text repeats. `share` (or a `validate.ratio` retry) uses only part of the budget.
     """
 
     name = "compress.select"
@@ -93,6 +124,8 @@ class SelectCompressor(Component):
     partial: bool = param(True, doc="keep the sentences that fit of a chunk that does not")
     redundancy: float = param(0.5, ge=0, le=1, doc="how much near-repeats of kept text are penalised")
     share: float = param(1.0, gt=0, le=1, doc="the share of the budget used")
+    templates: float = param(0.7, ge=0, le=1, doc="the share of its value each further sentence of one "
+                             "template keeps, compounded (1: no discount)")
 
     @hookimpl
     def compactor_compress(self, context: Context, run: Run) -> Context:
@@ -108,6 +141,7 @@ class SelectCompressor(Component):
         limit = max(1, int(limit * share))
         if self.order == "score" and any(has_score(c, "combined") for c in chunks):
             value = {c.id: score_value(c, "combined") for c in chunks}
+            value = template_values(chunks, value, self.templates, enough=2 * limit)
             ranked = mmr_order(chunks, value, self.redundancy, enough=2 * limit)
         else:
             ranked = chunks
