@@ -10,6 +10,9 @@ sentence with the date. So each chunk's value combines
 * BM25 of its passage (a paragraph of its source, title included): a sentence inherits the evidence
   of the passage it sits in, and the first sentence of a passage (the one naming its subject) more so;
 * the best of its neighbours in the passage (short adjacent context often carries the answer);
+* meaning beyond shared words (`semantic`): the cosine of static word vectors distilled from a
+  sentence encoder, mixed into the sentence and passage evidence with a small weight (English;
+  Chinese text has no vectors and is scored by its bigrams alone);
 * bridge hops (pseudo-relevance feedback on entities): the names in the best first-hop sentences
   that the question does not contain become a second query, together with the question terms that
   sentence did not match; a chunk that holds such a bridge name scores up to the first-hop
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 import regex
 
 from compactor.document import Chunk, Source
+from compactor.text import semantic as sem
 from compactor.text import terms as ts
 from compactor.text.language import HAN_BASIC
 from compactor.text.numbers import DATE
@@ -76,6 +80,7 @@ class Settings:
     hop_decay: float = 0.9
     bridge_terms: int = 4
     min_words: int = 5
+    semantic: float = 0.2
 
 
 # -- terms --------------------------------------------------------------------------------------
@@ -314,6 +319,12 @@ def score_chunks(query: str, chunks: Sequence[Chunk], sources: Iterable[Source],
         return s, _normalised(passage_index.scores(query_w))
 
     sent, psg = run(q)
+    meaning = _semantic(query, chunks, groups, settings.semantic) if n else None
+    if meaning is not None:
+        # before the hops, so a sentence found by meaning can seed one; damped like its BM25
+        w = settings.semantic
+        sent = _normalised([(1 - w) * v + w * m * d for v, m, d in zip(sent, meaning[0], damp, strict=True)])
+        psg = _normalised([(1 - w) * v + w * m for v, m in zip(psg, meaning[1], strict=True)])
     first_hop = list(sent)
     hop = [0.0] * n
     used_bridges: list[str] = []
@@ -380,6 +391,41 @@ def score_chunks(query: str, chunks: Sequence[Chunk], sources: Iterable[Source],
             if len(matched[j]) < 8:
                 matched[j].append(t)
     return Relevance(values, first_hop, passage_of, hop, matched, used_bridges[:12], kind)
+
+
+def _semantic(query: str, chunks: Sequence[Chunk], groups: list[list[int]],
+              weight: float) -> tuple[list[float], list[float]] | None:
+    """Semantic closeness of each chunk and each passage to the query, in [0, 1]: the cosine of
+    static word-vector sums, measured from the document's median (every sentence of a text is a
+    little similar to every question) and scaled so the closest is 1. None when the signal is off,
+    unavailable, or the query has no known words."""
+    if weight <= 0:
+        return None
+    found = sem.sums([query, *(c.text for c in chunks)])
+    if found is None or not found[0].any():
+        return None
+    import numpy as np
+
+    qv = sem.unit(found[:1])[0]
+    rows = found[1:]
+    owner = np.empty(len(chunks), dtype=np.int64)
+    for g, members in enumerate(groups):
+        owner[members] = g
+    passages = np.zeros((len(groups), rows.shape[1]), dtype=rows.dtype)
+    np.add.at(passages, owner, rows)
+    return _scaled(sem.unit(rows) @ qv), _scaled(sem.unit(passages) @ qv)
+
+
+def _scaled(sims: object) -> list[float]:
+    """Cosines to [0, 1]: from the median up to the best."""
+    import numpy as np
+
+    values = np.asarray(sims, dtype=np.float64)
+    floor = float(np.median(values))
+    top = float(values.max()) - floor
+    if top <= 0:
+        return [0.0] * len(values)
+    return np.clip((values - floor) / top, 0.0, 1.0).tolist()
 
 
 _HAN_CHAR = regex.compile(f"[{HAN_BASIC}]")

@@ -270,3 +270,11 @@ def test_a_run_without_spaces_or_punctuation_still_fills_the_budget() -> None:
     assert out and out in run_zh and counter.count(out) <= 20
     out = compactor.compress("a" * 20_000, budget=5)
     assert out and set(out) == {"a"} and counter.count(out) <= 5
+
+
+def test_meaning_ranks_a_sentence_that_shares_no_word_with_the_question() -> None:
+    text = ("The committee met on Tuesday. The movie was made by a young director from Ohio. "
+            "Tickets were sold at the door. The weather stayed dry all week.")
+    scores = _scores("Who filmed it?", text)
+    best = max(scores, key=lambda k: scores[k])
+    assert best.startswith("The movie was made")

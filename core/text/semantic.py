@@ -1,0 +1,153 @@
+"""Meaning beyond shared words, without a model at run time: static word vectors.
+
+BM25 only sees the words a question and a sentence share; "Who directed the film?" and "The movie
+was made by ..." share none. A sentence encoder sees that, but costs a model and a second of CPU per
+document. `data/vectors.en.npz` holds what such an encoder (all-MiniLM-L6-v2, Apache-2.0) knows of
+each entry of its WordPiece vocabulary, distilled by `benchmarks/distill_vectors.py` in the model2vec
+manner: each entry embedded alone, reduced by PCA, weighted by its Zipf frequency (SIF, so "the"
+weighs almost nothing) and quantised to int8. A text's vector is the sum of its words' vectors (a
+word outside the vocabulary is split into WordPiece pieces, as the model does), and similarity is
+the cosine. Everything is batched: one gather and one segmented sum for all the texts of a document.
+
+The table loads once per process. Without numpy or the table the signal is absent (one warning)
+and the relevance engine scores by its lexical evidence alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import unicodedata
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import regex
+
+if TYPE_CHECKING:
+    import numpy as np
+
+_WORD = regex.compile(r"[\p{L}\p{N}]+")
+_MAX_PIECES = 6  # a longer split is noise (a code, a hash): the word is left out
+_ABSENT: tuple[int, ...] = ()
+
+
+@functools.cache
+def table() -> tuple[dict[str, int], Any] | None:
+    """The vocabulary (entry -> row) and the float32 matrix of weighted vectors, or None."""
+    try:
+        import numpy as np
+    except ImportError:
+        warnings.warn("numpy is not installed: relevance works without its semantic signal", stacklevel=2)
+        return None
+    try:
+        ref = importlib.resources.files("compactor.text") / "data" / "vectors.en.npz"
+        with ref.open("rb") as f, np.load(f) as data:
+            tokens = data["tokens"].tolist()
+            vectors = data["vectors"].astype(np.float32) * data["scale"].astype(np.float32)[:, None]
+    except (FileNotFoundError, OSError, KeyError, ValueError) as err:
+        warnings.warn(f"no word vectors ({err}): relevance works without its semantic signal", stacklevel=2)
+        return None
+    return {t: i for i, t in enumerate(tokens)}, vectors
+
+
+def _fold(word: str) -> str:
+    """Lower case without accents, as the uncased model reads text."""
+    word = word.lower()
+    if word.isascii():
+        return word
+    return "".join(ch for ch in unicodedata.normalize("NFD", word) if unicodedata.category(ch) != "Mn")
+
+
+def _pieces(word: str, vocab: dict[str, int]) -> tuple[int, ...]:
+    """Rows of a word: itself, or its greedy longest-match WordPiece split (None when unsplittable)."""
+    row = vocab.get(word)
+    if row is not None:
+        return (row,)
+    out: list[int] = []
+    start = 0
+    while start < len(word):
+        end = len(word)
+        while end > start:
+            piece = word[start:end] if start == 0 else "##" + word[start:end]
+            found = vocab.get(piece)
+            if found is not None:
+                out.append(found)
+                break
+            end -= 1
+        if end == start or len(out) > _MAX_PIECES:
+            return _ABSENT
+        start = end
+    return tuple(out)
+
+
+class _Rows(dict[str, tuple[int, ...]]):
+    """Token -> rows, shared by every call (bounded by clearing, like the relevance term cache)."""
+
+    limit = 300_000
+
+
+_ROWS = _Rows()
+
+
+def rows_of(text: str, vocab: dict[str, int]) -> list[int]:
+    """The table rows of a text's words, in order (Han text has none: its path is elsewhere)."""
+    known = _ROWS
+    out: list[int] = []
+    for token in _WORD.findall(text):
+        found = known.get(token)
+        if found is None:
+            found = _ABSENT if "\u3400" <= token[0] <= "\u9fff" else _pieces(_fold(token), vocab)
+            if len(known) >= _Rows.limit:
+                known.clear()
+            known[token] = found
+        out.extend(found)
+    return out
+
+
+def sums(texts: Sequence[str]) -> np.ndarray | None:
+    """Summed word vectors of the texts (zeros for a text without known words), or None without
+    the table. One gather and one segmented sum over all texts; sums add up, so a passage's
+    vector is the sum of its sentences'."""
+    found = table()
+    if found is None:
+        return None
+    import numpy as np
+
+    vocab, vectors = found
+    flat: list[int] = []
+    counts = np.zeros(len(texts), dtype=np.int64)
+    for i, text in enumerate(texts):
+        rows = rows_of(text, vocab)
+        counts[i] = len(rows)
+        flat.extend(rows)
+    out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
+    if flat:
+        gathered = vectors[np.asarray(flat, dtype=np.int64)]
+        nonempty = counts > 0
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))[nonempty]
+        out[nonempty] = np.add.reduceat(gathered, starts, axis=0)
+    return out
+
+
+def unit(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to length 1 (a zero row stays zero), so a dot product is the cosine."""
+    import numpy as np
+
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+
+
+def embed(texts: Sequence[str]) -> np.ndarray | None:
+    """Unit vectors of the texts, or None without the table."""
+    found = sums(texts)
+    return None if found is None else unit(found)
+
+
+def similarities(query: str, texts: Sequence[str]) -> list[float] | None:
+    """Cosine of the query with each text (0 for a text or query without known words), or None
+    without the table."""
+    found = embed([query, *texts])
+    if found is None:
+        return None
+    return (found[1:] @ found[0]).tolist()
