@@ -6,7 +6,9 @@ sentence with the date. So each chunk's value combines
 
 * BM25 of the chunk (Okapi, stemmed English words without stop words; Chinese character bigrams,
   which match words without a dictionary; fragments under a few words are damped, since their
-  length normalisation would otherwise put them on top);
+  length normalisation would otherwise put them on top). A large group of near-duplicate sentences
+  (one template filled with different names, `compactor.text.templates`) counts once in a word's
+  document frequency: boilerplate repeating the question's word must not make that word common;
 * BM25 of its passage (a paragraph of its source, title included): a sentence inherits the evidence
   of the passage it sits in, and the first sentence of a passage (the one naming its subject) more so;
 * the best of its neighbours in the passage (short adjacent context often carries the answer);
@@ -29,7 +31,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import regex
@@ -39,6 +41,7 @@ from compactor.text import semantic as sem
 from compactor.text import terms as ts
 from compactor.text.language import HAN_BASIC
 from compactor.text.numbers import DATE
+from compactor.text.templates import TemplateGroups
 
 _TOKEN = regex.compile(r"(?V1)\p{Han}+|[[\p{L}\p{N}]--\p{Han}][[\p{L}\p{N}'_\-]--\p{Han}]*")
 _SPLIT = regex.compile(r"['\-]+")
@@ -83,6 +86,9 @@ class Settings:
     # weight of the static word vectors; off by default: at 0.2 it gained on the dev half it was
     # tuned on but lost on the held-out half (benchmarks/qa_split.py)
     semantic: float = 0.0
+    # a template group (near-duplicate sentences differing by a name or number) of at least this many
+    # holders of a term counts once in the term's document frequency (0: every sentence counts)
+    template_df: int = 10
 
 
 # -- terms --------------------------------------------------------------------------------------
@@ -145,7 +151,10 @@ def query_terms(query: str) -> list[str]:
 
 
 class Bm25:
-    """Okapi BM25 over a fixed list of documents (term lists), scored through postings only."""
+    """Okapi BM25 over a fixed list of documents (term lists), scored through postings only.
+
+    `df`, when set (before the first score), replaces a term's document frequency (the count of its
+    postings) in the idf: `TemplateFrequency` counts a group of near-duplicates once."""
 
     def __init__(self, docs: Sequence[Sequence[str]], k1: float = 1.2, b: float = 0.75) -> None:
         self.n = len(docs)
@@ -159,10 +168,15 @@ class Bm25:
         avg = avg or 1.0
         self.norm = [k1 * (1 - b + b * n / avg) for n in lengths]
         self.k1 = k1
+        self.df: Callable[[str], float] | None = None
+        self._idf: dict[str, float] = {}  # a term's idf is asked for by every hop and the matching
 
     def idf(self, term: str) -> float:
-        df = len(self.postings.get(term, ()))
-        return math.log(1 + (self.n - df + 0.5) / (df + 0.5))
+        found = self._idf.get(term)
+        if found is None:
+            df = self.df(term) if self.df is not None else len(self.postings.get(term, ()))
+            found = self._idf[term] = math.log(1 + (self.n - df + 0.5) / (df + 0.5))
+        return found
 
     def scores(self, query: Mapping[str, float]) -> list[float]:
         """Score of every document; `query` maps a term to its weight."""
@@ -177,6 +191,67 @@ class Bm25:
             for i, tf in plist:
                 out[i] += w * tf / (tf + norm[i])
         return out
+
+
+class TemplateFrequency:
+    """Document frequency with each large template group counted once.
+
+    Templated text (a record type filled with hundreds of names, boilerplate repeated across pages)
+    repeats its words in every copy, so plain document frequency makes them common and their idf
+    small: a question sharing just that word with its answer is then outranked by ordinary
+    sentences that match its other words. Counted once per group, the word keeps the weight of a
+    word a few sentences use, and the selector's template discount keeps only the best of the group.
+
+    Lazy: only the holders of a term asked for (the query's, the bridges') are grouped, each once,
+    so the cost is linear in the postings touched. Groups smaller than `min_group` count in full:
+    ordinary prose has small chance groups ("N was born in # in N"), which should not move."""
+
+    def __init__(self, texts: Sequence[str], postings: Mapping[str, Sequence[tuple[int, int]]],
+                 min_group: int) -> None:
+        self._texts = texts
+        self._postings = postings
+        self._min_group = min_group
+        self._groups = TemplateGroups()
+        self._group_of: dict[int, int] = {}  # chunk -> group, -1 for a chunk too short to group
+        self._counts: dict[str, float] = {}
+
+    def __call__(self, term: str) -> float:
+        found = self._counts.get(term)
+        if found is None:
+            found = self._counts[term] = float(self._count(term))
+        return found
+
+    def share(self, term: str) -> float:
+        """Template document frequency over plain: 1 when no large group holds the term."""
+        plain = len(self._postings.get(term, ()))
+        return self(term) / plain if plain else 1.0
+
+    def scaled(self, postings: Mapping[str, Sequence[tuple[int, int]]]) -> Callable[[str], float]:
+        """Document frequency over other documents of the same chunks (passages): their plain count
+        times the term's `share`, so a passage holding a template's copy counts as the copy does."""
+
+        def df(term: str) -> float:
+            plain = len(postings.get(term, ()))
+            return max(1.0, plain * self.share(term)) if plain else 0.0
+
+        return df
+
+    def _count(self, term: str) -> int:
+        holders = self._postings.get(term, ())
+        if len(holders) < self._min_group:
+            return len(holders)  # no group can be large enough: skip the grouping
+        alone = 0
+        sizes: Counter[int] = Counter()
+        for i, _ in holders:
+            group = self._group_of.get(i)
+            if group is None:
+                assigned = self._groups.assign(self._texts[i])
+                group = self._group_of[i] = -1 if assigned is None else assigned
+            if group < 0:
+                alone += 1
+            else:
+                sizes[group] += 1
+        return alone + sum(1 if size >= self._min_group else size for size in sizes.values())
 
 
 def bm25_scores(docs: Sequence[Sequence[str]], query: Sequence[str], k1: float = 1.2,
@@ -277,6 +352,9 @@ def score_chunks(query: str, chunks: Sequence[Chunk], sources: Iterable[Source],
     q = query_weights(query)
     qset = set(q)
     index = Bm25(docs, settings.k1, settings.b)
+    repeats = None
+    if settings.template_df > 0:
+        repeats = index.df = TemplateFrequency([c.text for c in chunks], index.postings, settings.template_df)
     lengths = [_word_count(c.text) for c in chunks]
     damp = [min(1.0, n_words / settings.min_words) if settings.min_words else 1.0 for n_words in lengths]
     # keyword stuffing ("X beds, X staff, X tents: X has them all"): a sentence whose content words
@@ -314,6 +392,8 @@ def score_chunks(query: str, chunks: Sequence[Chunk], sources: Iterable[Source],
             position[i] = pos
     passage_docs = [[*extra[g], *(t for i in members for t in docs[i])] for g, members in enumerate(groups)]
     passage_index = Bm25(passage_docs, settings.k1, settings.b)
+    if repeats is not None:
+        passage_index.df = repeats.scaled(passage_index.postings)
 
     def run(query_w: Mapping[str, float]) -> tuple[list[float], list[float]]:
         s = index.scores(query_w)

@@ -283,3 +283,46 @@ def test_meaning_ranks_a_sentence_that_shares_no_word_with_the_question() -> Non
     on = rel.score_chunks("Who filmed it?", chunks, [], rel.Settings(semantic=0.2))
     assert max(off.values) == 0.0
     assert max(range(4), key=lambda k: on.values[k]) == 1
+
+
+def _sentence_chunks(texts: list[str]) -> list[compactor.Chunk]:
+    chunks, start = [], 0
+    for k, text in enumerate(texts):
+        chunks.append(compactor.Chunk(f"c{k}", "s", k, start, start + len(text), text, 10))
+        start += len(text) + 1
+    return chunks
+
+
+def _templated_choir() -> list[str]:
+    """60 records of one template sharing "choir", three ordinary sentences sharing "started", and the
+    answer, which shares only "choir" with the question."""
+    first, last = ["Anna", "Tom", "Marta", "Paul", "Ines", "Karl"], ["Berg", "Ruiz", "Novak", "Lund"]
+    towns = ["Dunmore", "Harwick", "Tollgate"]
+    records = [f"{first[k % 6]} {last[k % 4]} joined the {towns[k % 3]} choir in {1950 + k}."
+               for k in range(60)]
+    return [*records, "The race started at noon on a cold and windy morning.",
+            "Work on the new road started again after the long winter.",
+            "The fire started in a kitchen on the second floor.",
+            "Vera Holm founded the choir in the village."]
+
+
+def test_a_template_group_counts_once_in_document_frequency() -> None:
+    texts = _templated_choir()
+    frequency = rel.TemplateFrequency(texts, rel.Bm25([rel.index_terms(t) for t in texts]).postings, 10)
+    assert frequency("choir") == 2  # the 60 records, and the answer
+    assert frequency("start") == 3
+    assert frequency.share("choir") == 2 / 61
+    small = rel.TemplateFrequency(texts[55:], rel.Bm25([rel.index_terms(t) for t in texts[55:]]).postings, 10)
+    assert small("choir") == 6  # a group of five is prose's chance, not boilerplate: counted in full
+
+
+def test_a_word_repeated_by_a_template_keeps_its_weight() -> None:
+    texts = _templated_choir()
+    on = rel.score_chunks("Who started the choir?", _sentence_chunks(texts), [])
+    off = rel.score_chunks("Who started the choir?", _sentence_chunks(texts), [], rel.Settings(template_df=0))
+    answer, started = len(texts) - 1, range(60, 63)
+    assert all(on.values[answer] > on.values[k] for k in started)
+    assert all(off.values[answer] < off.values[k] for k in started)  # plain BM25's idf: "choir" is common
+    # the template discount of compress.select then lets the answer into a small budget
+    out = compactor.compress("\n".join(texts), query="Who started the choir?", budget=60, pipeline="qa")
+    assert "Vera Holm" in out

@@ -49,3 +49,22 @@ def test_grouping_is_linear_on_thousands_of_unrelated_sentences() -> None:
     for text in texts:
         groups.add(text)
     assert time.process_time() - started < 2.0  # about 0.2 s; quadratic work would take minutes
+
+
+def test_assign_names_the_group_and_add_its_rank() -> None:
+    groups = TemplateGroups()
+    first = groups.assign("Anna Berg joined the choir in 1998.")
+    assert first is not None
+    assert groups.assign("The weather in Paris was sunny all week.") != first
+    assert groups.assign("Tom Li joined the choir in 2004.") == first
+    assert groups.add("Paul Ek joined the choir in 1977.") == 2  # the third member of the first group
+    assert groups.assign("Yes, Anna.") is None  # too short to group
+
+
+def test_chinese_records_with_a_name_and_a_place_share_a_template() -> None:
+    # a name and a place of two or three characters each in a dozen characters: English's threshold
+    # keeps the third record, which differs from the first in both, apart
+    texts = ["曾磊于1971年加入清溪镇合唱团。", "蔡刚于1993年加入清溪镇合唱团。",
+             "北京是中国的首都，有很多历史建筑。", "王伟于1988年加入青石镇合唱团。"]
+    assert group_ranks(texts) == [0, 1, 0, 2]
+    assert group_ranks(texts, han_threshold=0.55) == [0, 1, 0, 0]
