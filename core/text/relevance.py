@@ -13,8 +13,12 @@ sentence with the date. So each chunk's value combines
   of the passage it sits in, and the first sentence of a passage (the one naming its subject) more so;
 * the best of its neighbours in the passage (short adjacent context often carries the answer);
 * meaning beyond shared words (`semantic`): the cosine of static word vectors distilled from a
-  sentence encoder, mixed into the sentence and passage evidence with a small weight when
-  `Settings.semantic` is set (English; Chinese text has no vectors and is scored by its bigrams alone);
+  sentence encoder. A sentence sharing no word with the question gets a small value from it
+  (`Settings.unmatched`, a fifth of the best lexical match at most): it then competes only with
+  other sentences BM25 cannot tell apart and with weak lexical matches. Mixing it into every
+  sentence's and passage's evidence (`Settings.semantic`) is off: it moved the ranking of sentences
+  BM25 already told apart and lost on held-out questions. English only: Chinese text has no vectors
+  and is scored by its bigrams alone;
 * bridge hops (pseudo-relevance feedback on entities): the names in the best first-hop sentences
   that the question does not contain become a second query, together with the question terms that
   sentence did not match; a chunk that holds such a bridge name scores up to the first-hop
@@ -83,9 +87,13 @@ class Settings:
     hop_decay: float = 0.9
     bridge_terms: int = 4
     min_words: int = 5
-    # weight of the static word vectors; off by default: at 0.2 it gained on the dev half it was
-    # tuned on but lost on the held-out half (benchmarks/qa_split.py)
+    # weight of the static word vectors in every sentence's and passage's evidence; off by default:
+    # at 0.2 it gained on the dev half it was tuned on but lost on the held-out half
+    # (benchmarks/qa_split.py)
     semantic: float = 0.0
+    # value of a sentence sharing no term with the question, times its closeness in meaning (0 to 1);
+    # measured the same way, 0.1 to 0.3 gain on both halves and lose no cell
+    unmatched: float = 0.2
     # a template group (near-duplicate sentences differing by a name or number) of at least this many
     # holders of a term counts once in the term's document frequency (0: every sentence counts)
     template_df: int = 10
@@ -401,8 +409,10 @@ def score_chunks(query: str, chunks: Sequence[Chunk], sources: Iterable[Source],
         return s, _normalised(passage_index.scores(query_w))
 
     sent, psg = run(q)
-    meaning = _semantic(query, chunks, groups, settings.semantic) if n else None
-    if meaning is not None:
+    meaning = _semantic(query, chunks, groups, max(settings.semantic, settings.unmatched)) if n else None
+    if meaning is not None and settings.unmatched > 0:
+        sent = _fill_unmatched(sent, meaning[0], damp, settings.unmatched)
+    if meaning is not None and settings.semantic > 0:
         # before the hops, so a sentence found by meaning can seed one; damped like its BM25
         w = settings.semantic
         sent = _normalised([(1 - w) * v + w * m * d for v, m, d in zip(sent, meaning[0], damp, strict=True)])
@@ -475,21 +485,31 @@ def score_chunks(query: str, chunks: Sequence[Chunk], sources: Iterable[Source],
     return Relevance(values, first_hop, passage_of, hop, matched, used_bridges[:12], kind)
 
 
+def _fill_unmatched(sent: list[float], meaning: list[float], damp: list[float], weight: float) -> list[float]:
+    """Sentences without lexical evidence take `weight` times their closeness in meaning (damped
+    like BM25 for fragments); the others keep theirs. BM25 gives all of them 0, so meaning only
+    orders what words cannot, and stays below the sentences that match a word well."""
+    return [weight * m * d if v == 0 else v for v, m, d in zip(sent, meaning, damp, strict=True)]
+
+
 def _semantic(query: str, chunks: Sequence[Chunk], groups: list[list[int]],
               weight: float) -> tuple[list[float], list[float]] | None:
     """Semantic closeness of each chunk and each passage to the query, in [0, 1]: the cosine of
     static word-vector sums, measured from the document's median (every sentence of a text is a
-    little similar to every question) and scaled so the closest is 1. None when the signal is off,
-    unavailable, or the query has no known words."""
+    little similar to every question) and scaled so the closest is 1. None when every use of it is
+    off (`weight` 0), the table is unavailable, or the query has no known words."""
     if weight <= 0:
         return None
-    found = sem.sums([query, *(c.text for c in chunks)])
-    if found is None or not found[0].any():
+    # the query first: a question without known words (Chinese) costs no embedding of the text
+    asked = sem.sums([query])
+    if asked is None or not asked[0].any():
+        return None
+    rows = sem.sums([c.text for c in chunks])
+    if rows is None:
         return None
     import numpy as np
 
-    qv = sem.unit(found[:1])[0]
-    rows = found[1:]
+    qv = sem.unit(asked)[0]
     owner = np.empty(len(chunks), dtype=np.int64)
     for g, members in enumerate(groups):
         owner[members] = g

@@ -7,7 +7,7 @@ each entry of its WordPiece vocabulary, distilled by `benchmarks/distill_vectors
 manner: each entry embedded alone, reduced by PCA, weighted by its Zipf frequency (SIF, so "the"
 weighs almost nothing) and quantised to int8. A text's vector is the sum of its words' vectors (a
 word outside the vocabulary is split into WordPiece pieces, as the model does), and similarity is
-the cosine. Everything is batched: one gather and one segmented sum for all the texts of a document.
+the cosine. Everything is batched: a gather and a segmented sum per block of a document's texts.
 
 The table loads once per process. Without numpy or the table the signal is absent (one warning)
 and the relevance engine scores by its lexical evidence alone.
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 _WORD = regex.compile(r"[\p{L}\p{N}]+")
 _MAX_PIECES = 6  # a longer split is noise (a code, a hash): the word is left out
 _ABSENT: tuple[int, ...] = ()
+_BLOCK = 64  # texts summed per gather
 
 
 @functools.cache
@@ -107,7 +108,7 @@ def rows_of(text: str, vocab: dict[str, int]) -> list[int]:
 
 def sums(texts: Sequence[str]) -> np.ndarray | None:
     """Summed word vectors of the texts (zeros for a text without known words), or None without
-    the table. One gather and one segmented sum over all texts; sums add up, so a passage's
+    the table. A gather and a segmented sum per block of texts; sums add up, so a passage's
     vector is the sum of its sentences'."""
     found = table()
     if found is None:
@@ -122,11 +123,20 @@ def sums(texts: Sequence[str]) -> np.ndarray | None:
         counts[i] = len(rows)
         flat.extend(rows)
     out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
-    if flat:
-        gathered = vectors[np.asarray(flat, dtype=np.int64)]
-        nonempty = counts > 0
-        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))[nonempty]
-        out[nonempty] = np.add.reduceat(gathered, starts, axis=0)
+    if not flat:
+        return out
+    table_rows = np.asarray(flat, dtype=np.int64)
+    ends = np.cumsum(counts)
+    starts = ends - counts
+    # a block of texts at a time: the gathered rows then stay in cache (a whole document's would
+    # be tens of MB, and gathering them four times slower)
+    for first in range(0, len(texts), _BLOCK):
+        last = min(first + _BLOCK, len(texts))
+        lo, hi = int(starts[first]), int(ends[last - 1])
+        if hi > lo:
+            nonempty = counts[first:last] > 0
+            out[first:last][nonempty] = np.add.reduceat(vectors[table_rows[lo:hi]],
+                                                        starts[first:last][nonempty] - lo, axis=0)
     return out
 
 

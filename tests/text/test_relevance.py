@@ -279,10 +279,23 @@ def test_meaning_ranks_a_sentence_that_shares_no_word_with_the_question() -> Non
     for k, text in enumerate(sentences):
         chunks.append(compactor.Chunk(f"c{k}", "s", k, start, start + len(text), text, 10))
         start += len(text) + 1
-    off = rel.score_chunks("Who filmed it?", chunks, [])
-    on = rel.score_chunks("Who filmed it?", chunks, [], rel.Settings(semantic=0.2))
+    off = rel.score_chunks("Who filmed it?", chunks, [], rel.Settings(unmatched=0.0))
     assert max(off.values) == 0.0
-    assert max(range(4), key=lambda k: on.values[k]) == 1
+    for settings in (rel.Settings(), rel.Settings(semantic=0.2)):
+        on = rel.score_chunks("Who filmed it?", chunks, [], settings)
+        assert max(range(4), key=lambda k: on.values[k]) == 1
+
+
+def test_meaning_orders_unmatched_sentences_but_stays_below_a_lexical_match() -> None:
+    sentences = ["The movie was made by a young director from Ohio.", "Tickets were sold at the door.",
+                 "The film festival opened on Friday with a long speech by the mayor."]
+    chunks, start = [], 0
+    for k, text in enumerate(sentences):
+        chunks.append(compactor.Chunk(f"c{k}", "s", k, start, start + len(text), text, 10))
+        start += len(text) + 1
+    found = rel.score_chunks("Who directed the film?", chunks, [], rel.Settings(answer_type=0.0))
+    assert found.sentence[2] == 1.0  # the lexical match keeps its full value
+    assert 0.0 < found.sentence[0] <= 0.2 and found.sentence[0] > found.sentence[1]
 
 
 def _sentence_chunks(texts: list[str]) -> list[compactor.Chunk]:

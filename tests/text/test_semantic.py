@@ -46,6 +46,15 @@ def test_sums_add_up_over_texts() -> None:
     assert parts.sum(axis=0) == pytest.approx(whole[0], abs=1e-4)
 
 
+def test_sums_in_blocks_equal_one_by_one() -> None:
+    texts = [f"river {k} " * (k % 5) + "bridge" * (k % 3) for k in range(150)]
+    together = sem.sums(texts)
+    alone = [sem.sums([t]) for t in texts]
+    assert together is not None and all(a is not None for a in alone)
+    for k, one in enumerate(alone):
+        assert together[k] == pytest.approx(one[0], abs=1e-5)  # type: ignore[index]
+
+
 def test_without_the_table_the_engine_still_scores(monkeypatch: pytest.MonkeyPatch) -> None:
     from compactor.text import relevance as rel
 
