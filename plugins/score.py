@@ -106,6 +106,8 @@ class RelevanceScorer(Component):
     hops: int = param(2, ge=0, doc="bridge hops for multi-hop questions")
     hop_seeds: int = param(5, ge=0, doc="best first-hop chunks a hop reads names from")
     bridge_terms: int = param(4, ge=0, doc="names a hop adds to the query")
+    unmatched: float = param(0.2, ge=0, le=1, doc="value of a sentence sharing no word with the question, "
+                             "times its closeness in meaning (static word vectors)")
 
     def check(self) -> list[str]:
         if self.passage_weight + self.neighbor_weight > 1:
@@ -116,7 +118,7 @@ class RelevanceScorer(Component):
         self.settings = rel.Settings(k1=self.k1, b=self.b, passage_weight=self.passage_weight,
                                      neighbor_weight=self.neighbor_weight, lead_weight=self.lead_weight,
                                      answer_type=self.answer_type, hops=self.hops, hop_seeds=self.hop_seeds,
-                                     bridge_terms=self.bridge_terms)
+                                     bridge_terms=self.bridge_terms, unmatched=self.unmatched)
 
     @hookimpl
     def compactor_score(self, context: Context, run: Run) -> ScoreSet | None:
