@@ -96,12 +96,42 @@ class SentenceChunker(_Overlapping):
     @hookimpl
     def compactor_chunk(self, context: Context, run: Run) -> Context:
         def cut(text: str) -> list[tuple[int, int, int, tuple[int, int] | None]]:
-            spans = split_sentences(text)
+            spans = joined_headings(text, split_sentences(text))
             cut = (pack_units(text, spans, run.counter, self.size, self.overlap) if self.pack
                    else unit_chunks(text, spans, run.counter, self.size))
             return [(s, e, t, (a, b)) for s, e, t, a, b in cut]
 
         return _chunked(context, cut)
+
+
+_HEADING_MAX = 40  # characters of a heading line
+_HEADING_END = regex.compile(r"[.!?;:。！？；：…]\W*$")
+
+
+def joined_headings(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sentence spans with a heading line joined to the sentence after it: a short first line of a
+    paragraph without end punctuation, followed by a single newline (a title over its text). Punkt
+    already keeps such a line with its sentence in English; Chinese rules end a sentence at every
+    newline, which left the title alone (a chunk that scores on its name but says nothing) and its
+    paragraph's first sentence without the subject it is about."""
+    out: list[tuple[int, int]] = []
+    i = 0
+    while i < len(spans):
+        start, end = spans[i]
+        if i + 1 < len(spans):
+            line = text[start:end]
+            body = line.strip()
+            before = text[:start].rstrip(" \t")
+            if (body and len(body) <= _HEADING_MAX and "\n" not in body and line.rstrip(" \t").endswith("\n")
+                    and line.count("\n") == 1 and (not before.strip() or before.endswith("\n\n")
+                                                    or _PARAGRAPH_BREAK.search(before[-8:]) is not None)
+                    and not _HEADING_END.search(body)):
+                out.append((start, spans[i + 1][1]))
+                i += 2
+                continue
+        out.append((start, end))
+        i += 1
+    return out
 
 
 def paragraph_spans(text: str) -> list[tuple[int, int]]:

@@ -27,6 +27,12 @@ _SPACES = regex.compile(r"[ \t\f\v]{2,}|[\t\f\v]")
 _TRAILING = regex.compile(r" +(?=\n)")
 _BLANK_LINES = regex.compile(r"\n{3,}")
 _LOOKS_HTML = regex.compile(r"<(?:html|body|div|p|article|head|span|table|br)\b", regex.IGNORECASE)
+# Markup is a page's structure only when elements close (or the text opens with a tag): a stray `<br>` or an
+# unclosed `<div class=...>` left in plain text (copied from a wiki, a dataset) does not make it a page
+_STRUCTURE = regex.compile(
+    r"</(?:html|body|div|p|article|head|span|table|li|ul|ol|tr|td|section|main|h[1-6])\s*>"
+    r"|\A\s*<(?:!doctype|html|body|head|div|p|article|span|table|section|main)\b",
+    regex.IGNORECASE)
 _CLUSTER = regex.compile(r"\X")
 
 Form = Literal["NFC", "NFKC", "none"]
@@ -144,8 +150,9 @@ class HtmlCleaner(Component):
             if not (source.kind == "web_page" or _LOOKS_HTML.search(source.text[:4096])):
                 sources.append(source)
                 continue
-            if not _LOOKS_HTML.search(source.text):
-                sources.append(source)  # a web page delivered as plain text
+            if not _LOOKS_HTML.search(source.text) or (source.kind != "web_page"
+                                                       and not _STRUCTURE.search(source.text)):
+                sources.append(source)  # a web page delivered as plain text, or text with a stray tag
                 continue
             extracted = extract_main_text(source.text, include_tables=self.include_tables)
             converted += 1
