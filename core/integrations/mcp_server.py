@@ -611,9 +611,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         # both, so the store is closed and a temporary one removed before a clean exit
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         with contextlib.suppress(KeyboardInterrupt):
-            print(f"compactor-mcp: serving MCP over streamable HTTP at {http_url(sock)}", file=sys.stderr,
-                  flush=True)
-            anyio.run(serve_http, server, sock, host)
+            try:
+                print(f"compactor-mcp: serving MCP over streamable HTTP at {http_url(sock)}", file=sys.stderr,
+                      flush=True)
+                anyio.run(serve_http, server, sock, host)
+            finally:
+                # a signal uvicorn raises again on its way out must not cut the clean-up short
+                for number in (signal.SIGINT, signal.SIGTERM):
+                    signal.signal(number, signal.SIG_IGN)
     return 0
 
 
