@@ -122,9 +122,9 @@ def joined_headings(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, 
             line = text[start:end]
             body = line.strip()
             before = text[:start].rstrip(" \t")
-            if (body and len(body) <= _HEADING_MAX and "\n" not in body and line.rstrip(" \t").endswith("\n")
-                    and line.count("\n") == 1 and (not before.strip() or before.endswith("\n\n")
-                                                    or _PARAGRAPH_BREAK.search(before[-8:]) is not None)
+            if (body and len(body) <= _HEADING_MAX and line.rstrip(" \t").endswith("\n")
+                    and line.count("\n") == 1
+                    and (not before.strip() or _PARAGRAPH_BREAK.search(before[-8:]) is not None)
                     and not _HEADING_END.search(body)):
                 out.append((start, spans[i + 1][1]))
                 i += 2

@@ -109,7 +109,7 @@ class AutoCompactor:
                  on_compact: Callable[[Compaction], None] | None = None, record: bool = True,
                  remember: bool = True, format: str | None = None, **options: Any) -> None:
         refuse_unknown("AutoCompactor", {k: v for k, v in options.items() if k not in PASSED_ON},
-                       sorted({*PASSED_ON, *_OWN}))
+                       sorted(AUTO_KEYWORDS))
         if not _count(window) or window <= 0:
             raise InputError(f"window must be a positive number of tokens, not {window!r}")
         if reserve is not None and trigger is not None:
@@ -401,8 +401,10 @@ class AutoCompactor:
                           if isinstance(done, dict) and done.get("used")]}
 
 
-#: The keywords `AutoCompactor` takes itself (for the did-you-mean of an unknown one).
-_OWN = frozenset(inspect.signature(AutoCompactor.__init__).parameters) - {"self", "options"}
+#: The keywords an `AutoCompactor` takes: its own and those it passes to `compact_messages` (for the
+#: did-you-mean of an unknown one, here and in the faces built on it).
+AUTO_KEYWORDS = PASSED_ON | (frozenset(inspect.signature(AutoCompactor.__init__).parameters)
+                             - {"self", "options"})
 
 
 def _pending_start(messages: Sequence[Message]) -> int:

@@ -42,7 +42,7 @@ from compactor.formats.messages import (
     read_messages,
     to_dict,
 )
-from compactor.formats.providers import check_wire, to_chat, wire_of
+from compactor.formats.providers import Wire, check_wire, to_chat, wire_of
 from compactor.formats.system_prompt import system_records
 from compactor.state import CompactionPlan, ConversationOptions, State
 from compactor.store import Batch, ChunkStore, open_store
@@ -131,49 +131,13 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int | None =
     Responses list with its provider compaction items and unknown items where they stood.
     """
     refuse_unknown("compact_messages", unknown, COMPACT_OPTIONS)
-    options = {key: value for key, value in locals().items() if key in COMPACT_OPTIONS}
-    if isinstance(messages, str | bytes) and format in (None, "chat"):
-        return _compact_chat(messages, **options)
-    items = _json_items(messages) if isinstance(messages, str | bytes) else list(messages)
-    wire = wire_of(items) if format is None else check_wire(format)
-    if wire == "chat":
-        return _compact_chat(items, **options)
-    counter = pipeline_for(pipeline, plugins).counter
-    translation = to_chat(items, wire, counter)
-    if not translation.messages:
-        raise InputError("the history has no message to compact (only items passed through as they are)")
-    extra = translation.opaque_tokens
-    if extra:  # the items passed through untouched take their share of the budget
-        if budget is None:
-            total = messages_tokens(read_messages(translation.messages), counter) + extra
-            budget = max(1, int(total * (_ratio(target_ratio, target_compression_ratio) or 1.0)))
-            options.update(target_ratio=None, target_compression_ratio=None)
-        options["budget"] = max(1, budget - extra)
-        options["fit"] = None if fit is None else max(1, fit - extra)
-    result = _compact_chat(translation.messages, **options)
-    report = result.report
-    out = translation.back(result, summary=report.get("summary"), added=report.get("pin_texts") or ())
-    report["format"] = wire
-    if extra:
-        report["opaque_tokens"] = extra
-        for key in ("output_tokens", "tokens", "original_tokens"):
-            if isinstance(report.get(key), int):
-                report[key] += extra
-    return CompactedMessages(out, store=result.store, session=result.session, report=report)
-
-
-def _compact_chat(messages: Iterable[Any] | str | bytes, budget: int | None = None, *, keep_last: int = 4,
-                  llm: Any = None, role: str | None = None, summary_role: str = "user",
-                  store: str | ChunkStore | None = None, session: str | None = None,
-                  pipeline: PipelineArg = "conversation", plugins: Iterable[Any] = (),
-                  kind: str | None = None, query: str | None = None, focus: str | None = None,
-                  keep_files: int = 0, compress_system: bool | None = None,
-                  tiers: Sequence[str] = ("summary",), keep_tool_results: int = 3,
-                  exclude_tools: Iterable[str] = (), clear_at_least: int = 0,
-                  expand_tool: str | None = EXPAND_TOOL_NAME, pin: Any = (),
-                  target_ratio: float | None = None, target_compression_ratio: float | None = None,
-                  fit: int | None = None, restore: Mapping[str, Any] | None = None) -> CompactedMessages:
-    """`compact_messages` on a chat-shaped list (any format `compactor.formats.messages` reads)."""
+    if not (isinstance(messages, str | bytes) and format in (None, "chat")):
+        items = _json_items(messages) if isinstance(messages, str | bytes) else list(messages)
+        wire = wire_of(items) if format is None else check_wire(format)
+        if wire != "chat":
+            given = {key: value for key, value in locals().items() if key in COMPACT_OPTIONS}
+            return _in_own_format(items, wire, given)
+        messages = items
     ratio = _ratio(target_ratio, target_compression_ratio)
     if budget is None and ratio is None:
         raise InputError("give a budget (tokens) or a target_ratio (a share of the history's tokens)")
@@ -222,7 +186,7 @@ def _compact_chat(messages: Iterable[Any] | str | bytes, budget: int | None = No
     stored: list[tuple[Source, Chunk]] = []
     replaced: dict[int, str] = {}
     # a history already within the budget is left as it is: the cheap tiers only shrink what must shrink
-    cheap = ("clear", "reduce") if messages_tokens(parsed, counter) > room else ()
+    cheap = ("clear", "reduce") if original_tokens > room else ()
     for name in cheap:
         if name not in chosen:
             continue
@@ -284,9 +248,39 @@ def _compact_chat(messages: Iterable[Any] | str | bytes, budget: int | None = No
     return result
 
 
+def _in_own_format(items: list[Any], wire: Wire, options: dict[str, Any]) -> CompactedMessages:
+    """`compact_messages` on a provider's history: read into chat shape, compacted, written back in
+    the history's own format."""
+    counter = pipeline_for(options["pipeline"], options["plugins"]).counter
+    translation = to_chat(items, wire, counter)
+    if not translation.messages:
+        raise InputError("the history has no message to compact (only items passed through as they are)")
+    extra = translation.opaque_tokens
+    budget, fit = options["budget"], options["fit"]
+    if extra:  # the items passed through untouched take their share of the budget
+        if budget is None:
+            total = messages_tokens(read_messages(translation.messages), counter) + extra
+            ratio = _ratio(options["target_ratio"], options["target_compression_ratio"])
+            budget = max(1, int(total * (ratio or 1.0)))
+            options.update(target_ratio=None, target_compression_ratio=None)
+        options["budget"] = max(1, budget - extra)
+        options["fit"] = None if fit is None else max(1, fit - extra)
+    result = compact_messages(translation.messages, format="chat", **options)
+    report = result.report
+    out = translation.back(result, summary=report.get("summary"), added=report.get("pin_texts") or ())
+    report["format"] = wire
+    if extra:
+        report["opaque_tokens"] = extra
+        for key in ("output_tokens", "tokens", "original_tokens"):
+            if isinstance(report.get(key), int):
+                report[key] += extra
+    return CompactedMessages(out, store=result.store, session=result.session, report=report)
+
+
 #: The keywords `compact_messages` takes besides the history and the format.
 COMPACT_OPTIONS: tuple[str, ...] = tuple(
-    name for name in inspect.signature(_compact_chat).parameters if name != "messages")
+    name for name in inspect.signature(compact_messages).parameters
+    if name not in ("messages", "format", "unknown"))
 
 
 async def acompact_messages(messages: Iterable[Any] | str | bytes, budget: int | None = None,

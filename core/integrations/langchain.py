@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import inspect
 import json
 import re
 import uuid
@@ -54,7 +53,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from compactor.apps.auto import PASSED_ON, AutoCompactor, AutoCounters
+from compactor.apps.auto import AUTO_KEYWORDS, AutoCompactor, AutoCounters
 from compactor.apps.common import in_worker, llm_mapping, pipeline_for, refuse_unknown
 from compactor.apps.conversation import CompactedMessages, count_message_tokens
 from compactor.apps.overflow import compact_for_retry, is_context_overflow
@@ -96,9 +95,6 @@ PROFILE_NEEDED = ("Model profile information is required to use fractional token
                   "counts instead, or pass "
                   '`\n\nChatModel(..., profile={"max_input_tokens": ...})`.\n\n'
                   "with a desired integer value of the model's maximum input tokens.")
-#: The keywords an `AutoCompactor` takes: its own and those it passes to `compact_messages`.
-AUTO_KEYWORDS = PASSED_ON | (frozenset(inspect.signature(AutoCompactor.__init__).parameters)
-                             - {"self", "options"})
 _MIDDLEWARE_KEYWORDS = frozenset({"model", "trigger", "keep", "token_counter", "window", "auto"})
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+")
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import inspect
 import json
 import threading
 from collections.abc import Mapping, Sequence
@@ -66,7 +65,7 @@ except ImportError as exc:  # the extra is optional
     raise ImportError("compactor.integrations.openai_agents needs the OpenAI Agents SDK: "
                       "pip install 'compactor[agents]'") from exc
 
-from compactor.apps.auto import PASSED_ON, AutoCompactor, AutoCounters
+from compactor.apps.auto import AUTO_KEYWORDS, AutoCompactor, AutoCounters
 from compactor.apps.common import refuse_unknown
 from compactor.apps.conversation import CompactedMessages
 from compactor.apps.pins import pin_slots
@@ -93,8 +92,7 @@ _TIER_MARKS = (STUB_MARK, REDUCED_MARK)
 _SUMMARY, _PIN = "summary", "pin"  # what a message of a compaction stands for, when not a kept message
 #: The keywords a `CompactorSession` takes: its own, and an `AutoCompactor`'s (with those it
 #: passes on to `compact_messages`) but the store session, which the session id names.
-SESSION_KEYWORDS = PASSED_ON | (frozenset(inspect.signature(AutoCompactor.__init__).parameters)
-                                - {"self", "options", "session"}) | {"items", "session_settings"}
+SESSION_KEYWORDS = (AUTO_KEYWORDS - {"session"}) | {"items", "session_settings"}
 
 
 class CompactorSession(AutoCounters):

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import hashlib
 import json
 import logging
@@ -43,7 +42,6 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -52,6 +50,7 @@ import httpx
 from compactor.apps.auto import AutoCompactor
 from compactor.apps.tools import EXPAND_TOOL, EXPAND_TOOL_NAME, handle_expand_call
 from compactor.errors import CompactorError, InputError
+from compactor.formats.providers import check_wire, tool_in
 from compactor.formats.records import INPUT_LIMIT_ENV, max_input_bytes
 from compactor.store import ChunkStore, open_store
 
@@ -126,7 +125,7 @@ class Proxy:
                                           **options}
         self._probe = AutoCompactor(record=False, **self._settings)  # checks the settings now
         self.counter = self._probe.counter
-        self._expand_tokens = {api: self.counter.count(json.dumps(_expand_tool(api)))
+        self._expand_tokens = {api: self.counter.count(json.dumps(tool_in(EXPAND_TOOL, check_wire(api))))
                                for api in ROUTES.values()}
         self.conversations: OrderedDict[str, Conversation] = OrderedDict()
         self.client: httpx.AsyncClient | None = None
@@ -166,9 +165,11 @@ class Proxy:
         if api == "responses" and any(data.get(k) for k in SERVER_STATE):
             return Outgoing(body)  # the history lives upstream: what is sent is only its newest part
         conversation = self.conversation(_key(api, data, items))
-        extra = self._overhead(api, data)
         fmt = {} if api == "chat" else {"format": api}
-        compact = partial(conversation.auto.maybe_compact, items, extra_tokens=extra, **fmt)
+
+        def compact() -> list[Any]:  # the overhead (tool schemas can be large) is counted with the rest
+            return conversation.auto.maybe_compact(items, extra_tokens=self._overhead(api, data), **fmt)
+
         # a short history is counted faster than a thread is woken; one that might pass the trigger
         # (a token takes at least a byte) goes to a worker, so the event loop relays other streams
         # while it compacts
@@ -469,16 +470,6 @@ def _key(api: str, data: dict[str, Any], items: Sequence[dict[str, Any]]) -> str
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _expand_tool(api: str) -> dict[str, Any]:
-    """The expand tool's definition in the API's tool format."""
-    spec = EXPAND_TOOL["function"]
-    if api == "anthropic":
-        return {"name": spec["name"], "description": spec["description"], "input_schema": spec["parameters"]}
-    if api == "responses":
-        return {"type": "function", **spec}
-    return copy.deepcopy(EXPAND_TOOL)
-
-
 def _tool_name(api: str, tool: Any) -> Any:
     if not isinstance(tool, dict):
         return None
@@ -491,7 +482,7 @@ def _add_tool(api: str, data: dict[str, Any]) -> None:
     tools = data.get("tools")
     tools = list(tools) if isinstance(tools, list) else []
     if not any(_tool_name(api, t) == EXPAND_TOOL_NAME for t in tools):
-        data["tools"] = [*tools, _expand_tool(api)]
+        data["tools"] = [*tools, tool_in(EXPAND_TOOL, check_wire(api))]
 
 
 def _json(content: bytes) -> dict[str, Any] | None:

@@ -327,8 +327,7 @@ def _session_main(args: argparse.Namespace) -> int:
     sources = _read_inputs(args.inputs)
     batch = compacter.process_search_results(sources)
     if batch["new_pages"] and not batch["chunks"]:  # as _check_some_text, for a search batch
-        names = ", ".join(s.uri or s.title or s.id for s in sources)
-        raise InputError(f"{names}: no text to compress once cleaned (a web page without main text?)")
+        raise _no_text(sources)
     if args.report_context:
         text = compacter.reconstruct_report_context(budget=args.budget)
     elif args.format == "json":
@@ -360,8 +359,12 @@ def _check_some_text(context: Context) -> None:
     exit 2 naming it, whichever pipeline ran it: not an empty result (exit 1)."""
     chunked = any(r.stage == "chunk" and not r.skipped for r in context.reports)
     if chunked and not any(c.text.strip() for c in context.chunks):
-        names = ", ".join(s.uri or s.title or s.id for s in context.sources)
-        raise InputError(f"{names}: no text to compress once cleaned (a web page without main text?)")
+        raise _no_text(context.sources)
+
+
+def _no_text(sources: Sequence[Source]) -> InputError:
+    names = ", ".join(s.uri or s.title or s.id for s in sources)
+    return InputError(f"{names}: no text to compress once cleaned (a web page without main text?)")
 
 
 def _nothing_kept(context: Context, text: str) -> bool:

@@ -88,14 +88,14 @@ class StepProgress:
     def __call__(self, position: int, total: int, label: str) -> None:
         with self.lock:
             self.position, self.total, self.label = position, total, label
-            self._draw(force=False)
+            self._draw()
 
     def _tick(self) -> None:
         while not self.stop.wait(TICK):
             with self.lock:
-                self._draw(force=False)
+                self._draw()
 
-    def _draw(self, force: bool) -> None:
+    def _draw(self) -> None:
         elapsed = time.monotonic() - self.started
         if elapsed < self.delay or not self.total:
             return
@@ -107,7 +107,7 @@ class StepProgress:
             # drawn outside `update`: tell tqdm, so `close` clears the line it is on
             self.bar.last_print_n, self.bar.last_print_t = self.bar.n, self.bar._time()
             self.shown = True
-        elif force or time.monotonic() - self.last_line >= self.every:
+        elif time.monotonic() - self.last_line >= self.every:
             self.last_line = time.monotonic()
             self.stream.write(f"compactor-run: step {min(self.position + 1, self.total)}/{self.total} "
                               f"{self.label} ({_clock(elapsed)} elapsed)\n")
