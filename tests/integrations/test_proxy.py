@@ -51,6 +51,7 @@ class Served:
         self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
                                                     lifespan="on", server_header=False, date_header=False))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.clients: list[Any] = []  # SDK clients made for this server, closed with it (their pools)
 
     @property
     def root(self) -> str:
@@ -69,6 +70,8 @@ class Served:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        for client in self.clients:
+            client.close()
         self.server.should_exit = True
         self.thread.join(10)
         self.sock.close()
@@ -99,11 +102,15 @@ def serve(upstream: FakeUpstream) -> Iterator[Callable[..., Served]]:
 
 
 def openai_client(served: Served) -> openai.OpenAI:
-    return openai.OpenAI(base_url=served.root + "/v1", api_key=KEY, max_retries=0)
+    client = openai.OpenAI(base_url=served.root + "/v1", api_key=KEY, max_retries=0)
+    served.clients.append(client)
+    return client
 
 
 def anthropic_client(served: Served) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=served.root, api_key=KEY, max_retries=0)
+    client = anthropic.Anthropic(base_url=served.root, api_key=KEY, max_retries=0)
+    served.clients.append(client)
+    return client
 
 
 def order(i: int) -> str:
