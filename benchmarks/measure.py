@@ -6,6 +6,9 @@ The machine is shared and noisy, so every benchmark measures the same way:
 * contestants run interleaved in one process, round by round (the order rotates each round), so a
   slow patch of the machine hits all of them alike;
 * medians of several runs;
+* memory, where a benchmark reports it, is tracemalloc's peak over one extra untimed call
+  (``peak_memory``): what the call allocates through Python's and numpy's allocators, over what
+  existed before it (the input), without the interpreter and the libraries already loaded;
 * before every timed run the caches compactor keeps per text are emptied: every ``functools`` cache
   of a ``compactor*`` module (module-level functions and methods of module-level classes) is cleared,
   then an untimed warm-up on a few unrelated words re-loads what a long-lived process keeps anyway
@@ -24,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
+import tracemalloc
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -87,10 +91,14 @@ def print_environment(extra: Iterable[str] = ()) -> None:
 
 
 def compactor_caches() -> list[Callable[..., Any]]:
-    """Every functools cache (anything with `cache_clear`) in the loaded compactor modules."""
+    """Every functools cache (anything with `cache_clear` and `cache_info`: functools' wrappers and
+    cache objects shaped like them) in the loaded compactor modules. A class defining those methods
+    is not a cache, its instances are."""
     found: dict[int, Callable[..., Any]] = {}
 
     def visit(value: Any) -> None:
+        if isinstance(value, type):
+            return
         clear = getattr(value, "cache_clear", None)
         if callable(clear) and hasattr(value, "cache_info"):
             found.setdefault(id(value), value)
@@ -157,13 +165,15 @@ def cpu_time(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 def interleaved(contestants: Mapping[str, Callable[[], Any]], runs: int = 5, *,
                 before: Callable[[], None] | None = None, cap_seconds: float | None = None,
-                on_result: Callable[[str, Any], None] | None = None) -> dict[str, list[float]]:
+                on_result: Callable[[str, Any], None] | None = None,
+                min_runs: int = 1) -> dict[str, list[float]]:
     """CPU seconds per run of each contestant, run round-robin (order rotated every round).
 
     `before` runs untimed before every timed call (e.g. `cold()`); `on_result(name, result)` sees
     each call's result (e.g. to collect step reports). With `cap_seconds`, rounds stop early once
-    another round would take the total past the cap (at least one round always runs), so a very
-    slow engine still finishes; the caller prints how many runs each median is of.
+    another round would take the total past the cap (the first `min_runs` rounds always run, so a
+    median is never of fewer), so a very slow engine still finishes; the caller prints how many runs
+    each median is of.
     """
     names = list(contestants)
     times: dict[str, list[float]] = {name: [] for name in names}
@@ -180,9 +190,28 @@ def interleaved(contestants: Mapping[str, Callable[[], Any]], runs: int = 5, *,
             if on_result is not None:
                 on_result(name, result)
         spent += round_seconds
-        if cap_seconds is not None and spent + round_seconds > cap_seconds:
+        if cap_seconds is not None and round_index + 1 >= min_runs and spent + round_seconds > cap_seconds:
             break
     return times
+
+
+def peak_memory(fn: Callable[[], Any], before: Callable[[], None] | None = None) -> int:
+    """Bytes: tracemalloc's peak during one untimed call of `fn` (after `before`, e.g. `cold()`).
+
+    It counts what the call allocates through Python's allocators and numpy's (numpy reports its
+    buffers to tracemalloc), result included, over what was live when it started; allocations made
+    straight with the C library by extension code (e.g. inside tiktoken) are not seen. Tracing slows
+    the call down about threefold, which is why it is an extra call and not a timed one.
+    """
+    if before is not None:
+        before()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
 
 
 def median(values: Sequence[float]) -> float:
