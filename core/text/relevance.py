@@ -17,8 +17,9 @@ sentence with the date. So each chunk's value combines
   (`Settings.unmatched`, a fifth of the best lexical match at most): it then competes only with
   other sentences BM25 cannot tell apart and with weak lexical matches. Mixing it into every
   sentence's and passage's evidence (`Settings.semantic`) is off: it moved the ranking of sentences
-  BM25 already told apart and lost on held-out questions. English only: Chinese text has no vectors
-  and is scored by its bigrams alone;
+  BM25 already told apart and lost on held-out questions. A Chinese question (or any, without the
+  vectors) takes the same small value from co-occurrence instead (`compactor.text.cooccurrence`:
+  terms that share passages with the question's terms);
 * bridge hops (pseudo-relevance feedback on entities): the names in the best first-hop sentences
   that the question does not contain become a second query, together with the question terms that
   sentence did not match; a chunk that holds such a bridge name scores up to the first-hop
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 import regex
 
 from compactor.document import Chunk, Source
+from compactor.text import cooccurrence as cooc
 from compactor.text import semantic as sem
 from compactor.text import terms as ts
 from compactor.text.language import HAN_BASIC
@@ -409,9 +411,16 @@ def score_chunks(query: str, chunks: Sequence[Chunk], sources: Iterable[Source],
         return s, _normalised(passage_index.scores(query_w))
 
     sent, psg = run(q)
-    meaning = _semantic(query, chunks, groups, max(settings.semantic, settings.unmatched)) if n else None
+    meaning = None
+    if n and not _mostly_han(q):
+        meaning = _semantic(query, chunks, groups, max(settings.semantic, settings.unmatched))
     if meaning is not None and settings.unmatched > 0:
         sent = _fill_unmatched(sent, meaning[0], damp, settings.unmatched)
+    elif n and settings.unmatched > 0:
+        # Chinese, or no vectors: the company the question's terms keep in this document
+        company = cooc.closeness(q, docs, passage_docs, passage_index.postings)
+        if company is not None:
+            sent = _fill_unmatched(sent, company, damp, settings.unmatched)
     if meaning is not None and settings.semantic > 0:
         # before the hops, so a sentence found by meaning can seed one; damped like its BM25
         w = settings.semantic
@@ -490,6 +499,13 @@ def _fill_unmatched(sent: list[float], meaning: list[float], damp: list[float], 
     like BM25 for fragments); the others keep theirs. BM25 gives all of them 0, so meaning only
     orders what words cannot, and stays below the sentences that match a word well."""
     return [weight * m * d if v == 0 else v for v, m, d in zip(sent, meaning, damp, strict=True)]
+
+
+def _mostly_han(query: Mapping[str, float]) -> bool:
+    """Whether most of the question's terms are Chinese (its meaning then comes from co-occurrence:
+    the word vectors know English words only)."""
+    han = sum(1 for t in query if ts.is_han(t[0]))
+    return han > 0 and han >= len(query) - han
 
 
 def _semantic(query: str, chunks: Sequence[Chunk], groups: list[list[int]],
