@@ -36,16 +36,19 @@ Prompt filling (`compactor.llm.templates`)
 
 from __future__ import annotations
 
+import heapq
 import json
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
+from itertools import chain, count
+from operator import attrgetter
 from typing import Any
 
 import regex
 
-from compactor.components import score_value
+from compactor.components import score_key, score_value
 from compactor.document import Chunk, Context, Fact, Segment, Source, content_hash, frozen_mapping
 from compactor.formats.search_context import fact_line
 from compactor.llm.templates import fill, shipped_prompt, template_for
@@ -623,66 +626,53 @@ CATEGORY_WEIGHTS = {"query_terms": 0.3, "keywords": 0.2, "technical_terms": 0.15
                     "numbers_dates": 0.15, "entities": 0.1, "structure": 0.1}
 
 
-def _weights(chunks: Iterable[Chunk]) -> dict[str, float]:
-    return {c.id: score_value(c, "combined", 1.0) for c in chunks}
+_KEYWORDS = 30  # the input's most frequent distinctive terms, checked like the query's terms
 
+# Term or item occurrences from which they are counted in numpy (below, numpy's call overhead costs more
+# than a Python loop).
+_NUMPY_FROM = 3_000
 
-def _category(items_by_chunk: Mapping[str, AbstractSet[str]], weight: dict[str, float],
-              present: Callable[[str], bool]) -> dict[str, Any]:
-    best: dict[str, float] = {}
-    for cid, items in items_by_chunk.items():
-        for item in items:
-            best[item] = max(best.get(item, 0.0), weight.get(cid, 1.0))
-    total = sum(best.values())
-    if not best or total <= 0:
-        return {"retention": 1.0, "items": 0, "kept": 0, "lost": []}
-    kept = {item for item in best if present(item)}
-    lost = sorted((i for i in best if i not in kept), key=lambda i: -best[i])
-    return {"retention": round(sum(best[i] for i in kept) / total, 4), "items": len(best),
-            "kept": len(kept), "lost": lost[:10]}
+# Kept characters times items from which presence is looked up in an index of the kept text rather
+# than by one substring search per item (a search reads about a character per nanosecond).
+_INDEX_FROM = 400_000
 
 
 def loss_report(context: Context, min_retention: float = 0.5,
                 important: float = 0.8) -> dict[str, Any]:
-    """Retention per category, overall retention and a level: minimal, acceptable, moderate, severe."""
+    """Retention per category, overall retention and a level: minimal, acceptable, moderate, severe.
+
+    Each item is weighed and looked for once: the chunks' terms are counted in one pass (numpy over
+    term ids), and the kept text is searched for every distinct item of every category at once."""
     chunks = list(context.chunks)
+    # one entry per chunk id: a repeated id counts once, with its last chunk, at its first place
+    unique = list({c.id: c for c in chunks}.values())
+    texts = [c.text for c in unique]
+    weights = _weights(unique)
+    sigs = list(map(ts.signals, texts))
     kept_text = "\n".join(s.text for s in context.segments) if context.segments else (
         context.output or "")
-    kept_terms = set(index_terms(kept_text))
-    kept_numbers = ts.numbers(kept_text)
-    kept_lower = kept_text.lower()
-    in_kept = _finder(kept_lower)
-    weight = _weights(chunks)
-    chunk_terms = {c.id: index_terms(c.text) for c in chunks}
-    sig = {c.id: ts.signals(c.text) for c in chunks}
+    terms = _Terms(list(map(index_terms, texts)), weights)
     query = set(index_terms(context.query or ""))
-    df: Counter[str] = Counter()
-    for terms in chunk_terms.values():
-        df.update(set(terms))
-    n = len(chunks) or 1
-    tf: Counter[str] = Counter(t for terms in chunk_terms.values() for t in terms)
-    keywords = {t for t, _ in sorted(tf.items(), key=lambda kv: -kv[1] * (1 + (n / df[kv[0]]) ** 0.5))
-                [:30]} if tf else set()
-    categories = {
-        "query_terms": _category({cid: query & set(t) for cid, t in chunk_terms.items()}, weight,
-                                 lambda i: i in kept_terms),
-        "keywords": _category({cid: keywords & set(t) for cid, t in chunk_terms.items()}, weight,
-                              lambda i: i in kept_terms),
-        "technical_terms": _category(
-            {cid: s.identifiers | s.acronyms for cid, s in sig.items()},
-            weight, in_kept),
-        "numbers_dates": _category(
-            {cid: s.numbers | s.dates for cid, s in sig.items()},
-            weight, lambda i: i in kept_numbers or in_kept(i)),
-        "entities": _category({cid: s.entities for cid, s in sig.items()}, weight, in_kept),
-        "structure": _category({cid: s.structure for cid, s in sig.items()}, weight, in_kept),
+    query_items = terms.items(query)
+    keyword_items = terms.items(terms.keywords(len(chunks) or 1))
+    kept_terms = set(index_terms(kept_text)) if query_items[0] or keyword_items[0] else set()
+    signal_items = {
+        "technical_terms": _items(_unions(map(_IDENTIFIERS, sigs), map(_ACRONYMS, sigs)), weights),
+        "numbers_dates": _items(_unions(map(_NUMBERS, sigs), map(_DATES, sigs)), weights),
+        "entities": _items(list(map(_ENTITIES, sigs)), weights),
+        "structure": _items(list(map(_STRUCTURE, sigs)), weights),
     }
+    found = _Found(kept_text, [order for order, _ in signal_items.values()])
+    categories = {"query_terms": _category(*query_items, kept_terms),
+                  "keywords": _category(*keyword_items, kept_terms)}
+    for name, (order, best) in signal_items.items():
+        present = found.numbers(order) if name == "numbers_dates" else found.substrings
+        categories[name] = _category(order, best, present)
     used = {k: v for k, v in categories.items() if v["items"]}
     total_w = sum(CATEGORY_WEIGHTS[k] for k in used)
     retention = (sum(CATEGORY_WEIGHTS[k] * v["retention"] for k, v in used.items()) / total_w
                  if total_w else 1.0)
-    kept_ids = _kept_ids(context)
-    important_lost = any(score_value(c, "importance") >= important for c in chunks if c.id not in kept_ids)
+    important_lost = _important_lost(chunks, _kept_ids(context), important)
     shift = 0.1 if important_lost else 0.0
     if retention >= 0.75 + shift:
         level = "minimal"
@@ -696,24 +686,280 @@ def loss_report(context: Context, min_retention: float = 0.5,
             "important_lost": important_lost, "categories": categories}
 
 
-_GRAM = 4
+_IDENTIFIERS = attrgetter("identifiers")
+_ACRONYMS = attrgetter("acronyms")
+_NUMBERS = attrgetter("numbers")
+_DATES = attrgetter("dates")
+_ENTITIES = attrgetter("entities")
+_STRUCTURE = attrgetter("structure")
 
 
-def _finder(kept_lower: str) -> Callable[[str], bool]:
-    """Whether an item occurs (case-insensitively) in the kept text. An item with a 4-character
-    piece the kept text does not have is absent without a scan of the kept text (most lost items);
-    the others are confirmed by the scan, so the answer is exact."""
-    grams = {kept_lower[i:i + _GRAM] for i in range(len(kept_lower) - _GRAM + 1)}
+def _unions(first: Iterable[frozenset[str]], second: Iterable[frozenset[str]]) -> list[frozenset[str]]:
+    """`a | b` of each pair (the set itself: its order is the order items are first met in), and no
+    set made for the many pairs of empty sets."""
+    return [a | b if a or b else _NONE for a, b in zip(first, second, strict=True)]
 
-    def present(item: str) -> bool:
-        low = item.lower()
-        step = _GRAM
-        if len(low) >= _GRAM and any(low[i:i + _GRAM] not in grams
-                                     for i in range(0, len(low) - _GRAM + 1, step)):
-            return False
-        return low in kept_lower
 
-    return present
+_NONE: frozenset[str] = frozenset()
+
+
+def _weights(chunks: Sequence[Chunk]) -> list[float]:
+    """What an item of each chunk is worth: its combined score (1 without one), never below 0."""
+    key = score_key("combined")
+    out = []
+    for chunk in chunks:
+        value = chunk.scores.get(key)
+        weight = 1.0 if value is None else float(value)
+        out.append(weight if weight > 0.0 else 0.0)
+    return out
+
+
+def _important_lost(chunks: Iterable[Chunk], kept_ids: AbstractSet[str], important: float) -> bool:
+    """Whether a chunk left out has an importance score of at least `important` (0 without one)."""
+    key = score_key("importance")
+    for chunk in chunks:
+        if chunk.id not in kept_ids:
+            value = chunk.scores.get(key)
+            if (0.0 if value is None else float(value)) >= important:
+                return True
+    return False
+
+
+def _category(order: list[str], best: Mapping[str, float], present: AbstractSet[str]) -> dict[str, Any]:
+    """Retention of one category: `order` lists its items as first met (chunk order, then the order of
+    each chunk's item set), `best` holds each item's weight, `present` the items the kept text has."""
+    total = sum(map(best.__getitem__, order))
+    if not order or total <= 0:
+        return {"retention": 1.0, "items": 0, "kept": 0, "lost": []}
+    kept = {item for item in order if item in present}
+    lost = heapq.nlargest(10, [i for i in order if i not in kept], key=best.__getitem__)
+    return {"retention": round(sum(map(best.__getitem__, kept)) / total, 4), "items": len(order),
+            "kept": len(kept), "lost": lost}
+
+
+def _items(sets: Sequence[AbstractSet[str]], weights: Sequence[float]) -> tuple[list[str], dict[str, float]]:
+    """The items of per-chunk sets as first met, each with the weight of the heaviest chunk holding it."""
+    lens = [len(items) for items in sets]
+    total = sum(lens)
+    if not total or total < _NUMPY_FROM:
+        best: dict[str, float] = {}
+        for items, weight in zip(sets, weights, strict=True):
+            for item in items:
+                if best.get(item, -1.0) < weight:  # weights are >= 0: a new item is added here
+                    best[item] = weight
+        return list(best), best
+    import numpy as np
+
+    ids: defaultdict[str, int] = defaultdict(count().__next__)  # an id per item, in order of first use
+    at = np.fromiter(map(ids.__getitem__, chain.from_iterable(sets)), dtype=np.int64, count=total)
+    most = np.zeros(len(ids))
+    np.maximum.at(most, at, np.repeat(np.asarray(weights, dtype=np.float64), lens))
+    order = list(ids)
+    return order, dict(zip(order, most.tolist(), strict=True))
+
+
+class _Terms:
+    """The chunks' terms counted in one pass: an id per distinct term (in order of first use), and per
+    id the frequency, the number of chunks holding it, the first of them and the heaviest one's weight
+    (in numpy over the ids from `_NUMPY_FROM` terms on)."""
+
+    def __init__(self, terms: Sequence[Sequence[str]], weights: Sequence[float]) -> None:
+        self.terms = terms
+        self.ids: dict[str, int] = {}
+        self.tf: list[int] = []
+        self.df: list[int] = []
+        self.first: list[int] = []
+        self.best: list[float] = []
+        total = sum(map(len, terms))
+        if total and total >= _NUMPY_FROM:
+            self._count_ids(weights)
+        else:
+            self._count(weights)
+        self.names = list(self.ids)
+
+    def _count(self, weights: Sequence[float]) -> None:
+        ids, tf, df, first, best = self.ids, self.tf, self.df, self.first, self.best
+        last: list[int] = []
+        for doc, (doc_terms, weight) in enumerate(zip(self.terms, weights, strict=True)):
+            for term in doc_terms:
+                i = ids.get(term)
+                if i is None:
+                    i = ids[term] = len(tf)
+                    tf.append(0)
+                    df.append(0)
+                    first.append(doc)
+                    best.append(0.0)
+                    last.append(-1)
+                tf[i] += 1
+                if last[i] != doc:
+                    last[i] = doc
+                    df[i] += 1
+                    if weight > best[i]:
+                        best[i] = weight
+
+    def _count_ids(self, weights: Sequence[float]) -> None:
+        import numpy as np
+
+        ids: defaultdict[str, int] = defaultdict(count().__next__)
+        lens = np.fromiter(map(len, self.terms), dtype=np.int64, count=len(self.terms))
+        at = np.fromiter(map(ids.__getitem__, chain.from_iterable(self.terms)), dtype=np.int64,
+                         count=int(lens.sum()))
+        ids.default_factory = None  # a plain mapping from here on
+        self.ids = ids
+        size = len(ids)
+        doc = np.repeat(np.arange(len(self.terms)), lens)
+        best = np.zeros(size)
+        np.maximum.at(best, at, np.asarray(weights, dtype=np.float64)[doc])
+        pairs = np.sort(doc * size + at)  # (chunk, term), sorted: a pair's repeats are neighbours
+        df = np.bincount(pairs[np.concatenate(([True], pairs[1:] != pairs[:-1]))] % size, minlength=size)
+        new = np.concatenate(([True], at[1:] > np.maximum.accumulate(at)[:-1]))  # a term's first use
+        self.tf = np.bincount(at, minlength=size).tolist()
+        self.df = df.tolist()
+        self.first = doc[np.flatnonzero(new)].tolist()
+        self.best = best.tolist()
+
+    def keywords(self, n: int) -> set[str]:
+        """The 30 terms with the highest frequency times (1 + sqrt(n / chunks holding it)), ties in order
+        of first use. Among many terms, numpy scores them all and only those within a margin (far above
+        rounding) of the 30th best are ranked again, in Python, by the exact score."""
+        tf, df = self.tf, self.df
+        contenders: Iterable[int] = range(len(tf))
+        if len(tf) > 4 * _KEYWORDS:
+            import numpy as np
+
+            score = np.asarray(tf, dtype=np.float64) * (1 + np.sqrt(n / np.asarray(df, dtype=np.float64)))
+            bar = np.partition(score, len(score) - _KEYWORDS)[len(score) - _KEYWORDS] * (1 - 1e-9)
+            contenders = np.flatnonzero(score >= bar).tolist()
+        ranked = sorted(contenders, key=lambda i: -tf[i] * (1 + (n / df[i]) ** 0.5))
+        return {self.names[i] for i in ranked[:_KEYWORDS]}
+
+    def items(self, wanted: set[str]) -> tuple[list[str], dict[str, float]]:
+        """The `wanted` terms some chunk holds as first met (within a chunk, in the order of
+        `wanted & set(its terms)`), each with the weight of the heaviest chunk holding it."""
+        held = {t: self.ids[t] for t in wanted if t in self.ids}
+        order: dict[str, None] = {}
+        for doc in sorted({self.first[i] for i in held.values()}):
+            order.update(dict.fromkeys(wanted & set(self.terms[doc])))
+        return list(order), {t: self.best[i] for t, i in held.items()}
+
+
+class _Found:
+    """Which items the kept text holds: `substrings` (the item occurs in it, case-insensitively),
+    looked for once for every category, and `numbers(items)` (also the items among the values the
+    kept text's numbers and dates stand for)."""
+
+    def __init__(self, kept_text: str, groups: Iterable[Iterable[str]]) -> None:
+        self.kept_text = kept_text
+        items = list(dict.fromkeys(chain.from_iterable(groups)))
+        hits = _occurs(kept_text.lower(), list(map(str.lower, items)))
+        self.substrings = {item for item, hit in zip(items, hits, strict=True) if hit}
+
+    def numbers(self, items: Iterable[str]) -> set[str]:
+        missing = [item for item in items if item not in self.substrings]
+        if not missing:
+            return self.substrings
+        values = ts.numbers(self.kept_text)
+        return self.substrings | {item for item in missing if item in values}
+
+
+def _occurs(text: str, items: Sequence[str]) -> list[bool]:
+    """`[item in text for item in items]`: by substring search when that is cheap, else with one
+    index of the text's 3-character pieces (`_ThreeGrams`)."""
+    if len(text) * len(items) <= _INDEX_FROM or len(text) < 3:
+        return [item in text for item in items]
+    return _ThreeGrams(text).occur(items)
+
+
+class _ThreeGrams:
+    """An index of a text by its 3-character pieces (three code points packed in one integer, sorted
+    with their positions). An item with a first or last piece the text lacks is absent; the others are
+    looked for only where the rarer of the two occurs: the other end must match there too (numpy, all
+    items at once), which settles an item of up to 6 characters, and a longer one is compared in full
+    where both ends match. Exact: the pieces are the characters themselves, not hashes."""
+
+    _PAD = 0x1FFFFF  # above every code point: pads a text so that each position starts a piece
+    _SPREAD = 256  # more places than this to compare at, and one substring search is cheaper
+
+    def __init__(self, text: str) -> None:
+        import numpy as np
+
+        self.text = text
+        self.keys = self._keys(text)
+        self.order = np.argsort(self.keys)
+        self.sorted = self.keys[self.order]
+        starts = np.flatnonzero(np.concatenate(([True], self.sorted[1:] != self.sorted[:-1])))
+        self.distinct = self.sorted[starts]
+        self.first = starts
+        self.count = np.diff(np.append(starts, len(self.keys)))
+
+    @classmethod
+    def _keys(cls, text: str) -> Any:
+        """One key per character of `text`: it and the next two (padded at the end)."""
+        import numpy as np
+
+        codes = np.frombuffer((text + "\0\0").encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+        codes[len(text):] = cls._PAD
+        return (codes[:-2] << np.uint64(42)) | (codes[1:-1] << np.uint64(21)) | codes[2:]
+
+    def _places(self, keys: Any) -> tuple[Any, Any]:
+        """Where in `sorted` each of `keys` starts, and how often it occurs."""
+        import numpy as np
+
+        rank = np.argsort(keys)  # sorted needles: a faster search
+        at = np.empty(len(keys), dtype=np.int64)
+        at[rank] = np.searchsorted(self.distinct, keys[rank])
+        at = at.clip(max=len(self.distinct) - 1)
+        hit = self.distinct[at] == keys
+        return self.first[at], np.where(hit, self.count[at], 0)
+
+    def occur(self, items: Sequence[str]) -> list[bool]:
+        """`[item in text for item in items]`."""
+        import numpy as np
+
+        if not all(items):  # the empty item occurs everywhere
+            rest = iter(self.occur([item for item in items if item]))
+            return [next(rest) if item else True for item in items]
+        lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+        offsets = np.concatenate(([0], np.cumsum(lens)[:-1]))
+        keys = self._keys("".join(items))
+        found = np.zeros(len(items), dtype=bool)
+        short = np.flatnonzero(lens < 3)
+        if len(short):  # 1 or 2 characters: a range of keys
+            drop = ((3 - lens[short]) * 21).astype(np.uint64)
+            low = (keys[offsets[short]] >> drop) << drop
+            found[short] = (np.searchsorted(self.sorted, low + (np.uint64(1) << drop))
+                            > np.searchsorted(self.sorted, low))
+        long = np.flatnonzero(lens >= 3)
+        head = keys[offsets[long]]
+        tail = keys[offsets[long] + lens[long] - 3]
+        head_at, head_n = self._places(head)
+        tail_at, tail_n = self._places(tail)
+        by_tail = tail_n < head_n
+        spread = np.where(by_tail, tail_n, head_n)
+        wide = spread > self._SPREAD
+        check = (spread > 0) & ~wide
+        # the candidate places of each item, where its other end piece must match too
+        item = np.repeat(long[check], spread[check])
+        rank = np.arange(len(item)) - np.repeat(np.cumsum(spread[check]) - spread[check], spread[check])
+        anchor = np.where(by_tail, tail_at, head_at)[check]
+        place = self.order[np.repeat(anchor, spread[check]) + rank]
+        other = np.repeat(np.where(by_tail, head, tail)[check], spread[check])
+        tail_shift = np.repeat(np.where(by_tail, lens[long] - 3, 0)[check], spread[check])
+        place -= tail_shift  # where the item would start
+        end = place + lens[item] - 3  # its last piece
+        other_at = np.where(tail_shift > 0, place, end).clip(0, len(self.keys) - 1)
+        ok = (place >= 0) & (self.keys[other_at] == other)
+        # the ends cover an item of up to 6 characters; a longer one is compared in full where they match
+        sure = ok & (lens[item] <= 6)
+        found[item[sure]] = True
+        maybe = ok & ~sure
+        text = self.text
+        for k, at in zip(item[maybe].tolist(), place[maybe].tolist(), strict=True):
+            if not found[k] and text.startswith(items[k], at):
+                found[k] = True
+        for k in long[wide].tolist():
+            found[k] = items[k] in text
+        return found.tolist()
 
 
 def _kept_ids(context: Context) -> set[str]:
