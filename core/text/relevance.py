@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import regex
 
@@ -49,7 +51,12 @@ from compactor.text.language import HAN_BASIC
 from compactor.text.numbers import DATE
 from compactor.text.templates import TemplateGroups
 
+if TYPE_CHECKING:
+    import numpy as np
+
 _TOKEN = regex.compile(r"(?V1)\p{Han}+|[[\p{L}\p{N}]--\p{Han}][[\p{L}\p{N}'_\-]--\p{Han}]*")
+# the same tokens on ASCII text (no Han, letters and digits are [A-Za-z0-9]), with the stdlib's faster engine
+_ASCII_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9'_\-]*")
 _SPLIT = regex.compile(r"['\-]+")
 _PARAGRAPH = regex.compile(r"\n[ \t]*\n\s*")
 
@@ -123,7 +130,7 @@ def index_terms(text: str) -> tuple[str, ...]:
     characters, whose common characters add noise to every sentence."""
     out: list[str] = []
     known = _WORD_TERMS
-    for token in _TOKEN.findall(text):
+    for token in (_ASCII_TOKEN.findall(text) if text.isascii() else _TOKEN.findall(text)):
         found = known.get(token)
         if found is None:
             first = token[0]
@@ -160,23 +167,74 @@ def query_terms(query: str) -> list[str]:
 # -- BM25 over an inverted index ------------------------------------------------------------------
 
 
+class Postings(Mapping[str, Sequence[tuple[int, int]]]):
+    """Term -> its (document, count) pairs, read from the index's sorted arrays on demand: a query
+    touches the postings of a few terms, so lists are built only for those."""
+
+    def __init__(self, ids: dict[str, int], starts: list[int], docs: np.ndarray, counts: np.ndarray) -> None:
+        self._ids = ids
+        self._starts = starts
+        self._docs = docs
+        self._counts = counts
+        self._built: dict[str, list[tuple[int, int]]] = {}
+
+    def __getitem__(self, term: str) -> list[tuple[int, int]]:
+        found = self._built.get(term)
+        if found is None:
+            t = self._ids[term]  # KeyError for an unknown term, as a dict
+            lo, hi = self._starts[t], self._starts[t + 1]
+            found = self._built[term] = list(zip(self._docs[lo:hi].tolist(), self._counts[lo:hi].tolist(),
+                                                 strict=True))
+        return found
+
+    def span(self, term: str) -> tuple[int, int] | None:
+        """Where the term's postings sit in the sorted arrays (None for an unknown term)."""
+        t = self._ids.get(term)
+        return None if t is None else (self._starts[t], self._starts[t + 1])
+
+    def count(self, term: str) -> int:
+        """How many documents hold the term (its document frequency)."""
+        t = self._ids.get(term)
+        return 0 if t is None else self._starts[t + 1] - self._starts[t]
+
+    def __contains__(self, term: object) -> bool:
+        return term in self._ids
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
 class Bm25:
     """Okapi BM25 over a fixed list of documents (term lists), scored through postings only.
 
+    The index is built in one pass: each term gets an id, and the (term, document) pairs are counted
+    and sorted by numpy, so a term's postings are a slice and a query's scores a few array operations.
     `df`, when set (before the first score), replaces a term's document frequency (the count of its
     postings) in the idf: `TemplateFrequency` counts a group of near-duplicates once."""
 
     def __init__(self, docs: Sequence[Sequence[str]], k1: float = 1.2, b: float = 0.75) -> None:
-        self.n = len(docs)
-        postings: dict[str, list[tuple[int, int]]] = {}
-        for i, doc in enumerate(docs):
-            for term, tf in Counter(doc).items():
-                postings.setdefault(term, []).append((i, tf))
-        self.postings = postings
-        lengths = [len(d) for d in docs]
-        avg = (sum(lengths) / self.n) if self.n else 1.0
+        import numpy as np
+
+        self.n = n = len(docs)
+        ids: dict[str, int] = {}
+        add = ids.setdefault
+        flat = [add(term, len(ids)) for doc in docs for term in doc]
+        lengths = np.fromiter((len(d) for d in docs), dtype=np.int64, count=n)
+        owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        pairs, counts = np.unique(np.asarray(flat, dtype=np.int64) * max(n, 1) + owner, return_counts=True)
+        term_of = pairs // max(n, 1)
+        starts = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(term_of, minlength=len(ids)), out=starts[1:])
+        self._docs = pairs - term_of * max(n, 1)
+        self._counts = counts.astype(np.float64)
+        self.postings = Postings(ids, starts.tolist(), self._docs, counts)
+        avg = (float(lengths.sum()) / n) if n else 1.0
         avg = avg or 1.0
-        self.norm = [k1 * (1 - b + b * n / avg) for n in lengths]
+        self._norm = k1 * (1 - b + b * lengths / avg)
+        self.norm = self._norm.tolist()
         self.k1 = k1
         self.df: Callable[[str], float] | None = None
         self._idf: dict[str, float] = {}  # a term's idf is asked for by every hop and the matching
@@ -184,23 +242,26 @@ class Bm25:
     def idf(self, term: str) -> float:
         found = self._idf.get(term)
         if found is None:
-            df = self.df(term) if self.df is not None else len(self.postings.get(term, ()))
+            df = self.df(term) if self.df is not None else self.postings.count(term)
             found = self._idf[term] = math.log(1 + (self.n - df + 0.5) / (df + 0.5))
         return found
 
     def scores(self, query: Mapping[str, float]) -> list[float]:
         """Score of every document; `query` maps a term to its weight."""
-        out = [0.0] * self.n
+        import numpy as np
+
+        out = np.zeros(self.n, dtype=np.float64)
         k1 = self.k1 + 1
-        norm = self.norm
         for term, weight in query.items():
-            plist = self.postings.get(term)
-            if not plist or weight <= 0:
+            span = self.postings.span(term)
+            if span is None or span[0] == span[1] or weight <= 0:
                 continue
+            lo, hi = span
             w = weight * self.idf(term) * k1
-            for i, tf in plist:
-                out[i] += w * tf / (tf + norm[i])
-        return out
+            docs = self._docs[lo:hi]
+            tf = self._counts[lo:hi]
+            out[docs] += w * tf / (tf + self._norm[docs])
+        return out.tolist()
 
 
 class TemplateFrequency:
@@ -233,7 +294,7 @@ class TemplateFrequency:
 
     def share(self, term: str) -> float:
         """Template document frequency over plain: 1 when no large group holds the term."""
-        plain = len(self._postings.get(term, ()))
+        plain = _held(self._postings, term)
         return self(term) / plain if plain else 1.0
 
     def scaled(self, postings: Mapping[str, Sequence[tuple[int, int]]]) -> Callable[[str], float]:
@@ -241,7 +302,7 @@ class TemplateFrequency:
         times the term's `share`, so a passage holding a template's copy counts as the copy does."""
 
         def df(term: str) -> float:
-            plain = len(postings.get(term, ()))
+            plain = _held(postings, term)
             return max(1.0, plain * self.share(term)) if plain else 0.0
 
         return df
@@ -262,6 +323,11 @@ class TemplateFrequency:
             else:
                 sizes[group] += 1
         return alone + sum(1 if size >= self._min_group else size for size in sizes.values())
+
+
+def _held(postings: Mapping[str, Sequence[tuple[int, int]]], term: str) -> int:
+    """Document frequency of a term, without building its postings list when the index can tell."""
+    return postings.count(term) if isinstance(postings, Postings) else len(postings.get(term, ()))
 
 
 def bm25_scores(docs: Sequence[Sequence[str]], query: Sequence[str], k1: float = 1.2,

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import re
 import unicodedata
 import warnings
 from collections.abc import Sequence
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import regex
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 _WORD = regex.compile(r"[\p{L}\p{N}]+")
+_ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
 _MAX_PIECES = 6  # a longer split is noise (a code, a hash): the word is left out
 _ABSENT: tuple[int, ...] = ()
 _BLOCK = 64  # texts summed per gather
@@ -93,22 +96,36 @@ _ROWS = _Rows()
 
 def rows_of(text: str, vocab: dict[str, int]) -> list[int]:
     """The table rows of a text's words, in order (Han text has none: its path is elsewhere)."""
+    return [row for rows in _token_rows(_words(text), vocab) for row in rows]
+
+
+def _words(text: str) -> list[str]:
+    """The text's words: letters and digits (ASCII text takes the stdlib pattern, twice as fast
+    and, on ASCII, the same words)."""
+    return _ASCII_WORD.findall(text) if text.isascii() else _WORD.findall(text)
+
+
+def _token_rows(tokens: list[str], vocab: dict[str, int]) -> list[tuple[int, ...]]:
+    """Each token's rows, through the shared token cache."""
     known = _ROWS
-    out: list[int] = []
-    for token in _WORD.findall(text):
-        found = known.get(token)
-        if found is None:
-            found = _ABSENT if "\u3400" <= token[0] <= "\u9fff" else _pieces(_fold(token), vocab)
-            if len(known) >= _Rows.limit:
-                known.clear()
-            known[token] = found
-        out.extend(found)
-    return out
+    found = [known.get(token) for token in tokens]
+    if None in found:
+        for k, rows in enumerate(found):
+            if rows is None:
+                token = tokens[k]
+                rows = known.get(token)
+                if rows is None:
+                    rows = _ABSENT if "\u3400" <= token[0] <= "\u9fff" else _pieces(_fold(token), vocab)
+                    if len(known) >= _Rows.limit:
+                        known.clear()
+                    known[token] = rows
+                found[k] = rows
+    return found  # type: ignore[return-value]  # no None left
 
 
 def sums(texts: Sequence[str]) -> np.ndarray | None:
     """Summed word vectors of the texts (zeros for a text without known words), or None without
-    the table. A gather and a segmented sum per block of texts; sums add up, so a passage's
+    the table. One gather and a segmented sum per block of texts; sums add up, so a passage's
     vector is the sum of its sentences'."""
     found = table()
     if found is None:
@@ -116,12 +133,19 @@ def sums(texts: Sequence[str]) -> np.ndarray | None:
     import numpy as np
 
     vocab, vectors = found
-    flat: list[int] = []
-    counts = np.zeros(len(texts), dtype=np.int64)
+    tokens: list[str] = []
+    per_text = np.zeros(len(texts), dtype=np.int64)
     for i, text in enumerate(texts):
-        rows = rows_of(text, vocab)
-        counts[i] = len(rows)
-        flat.extend(rows)
+        words = _words(text)
+        per_text[i] = len(words)
+        tokens.extend(words)
+    token_rows = _token_rows(tokens, vocab)
+    widths = np.fromiter(map(len, token_rows), dtype=np.int64, count=len(token_rows))
+    flat = list(chain.from_iterable(token_rows))
+    # rows per text: the widths of its tokens summed
+    token_ends = np.cumsum(per_text)
+    width_sums = np.concatenate(([0], np.cumsum(widths)))
+    counts = width_sums[token_ends] - width_sums[token_ends - per_text]
     out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
     if not flat:
         return out
