@@ -102,6 +102,26 @@ def regex_edit(text: str, pattern: regex.Pattern[str],
     return rewriter.result()
 
 
+def spans_edit(text: str, spans: Iterable[tuple[int, int]], replacement: str,
+               ) -> tuple[str, Edits | None]:
+    """`replacement` written over each of `spans` (in order, not overlapping), with its edits (None
+    when nothing changed): `regex_edit` for matches found another way."""
+    rewriter: Rewriter | None = None
+    done = 0
+    for start, end in spans:
+        if text[start:end] == replacement:
+            continue
+        if rewriter is None:
+            rewriter = Rewriter(text)
+        rewriter.keep(done, start)
+        rewriter.replace(start, end, replacement)
+        done = end
+    if rewriter is None:
+        return text, None
+    rewriter.keep(done, len(text))
+    return rewriter.result()
+
+
 def splice(text: str, spans: Sequence[tuple[int, int]], joiner: str) -> tuple[str, Edits]:
     """The spans of `text` joined by `joiner` (what is left when the rest is dropped)."""
     rewriter = Rewriter(text)
