@@ -36,9 +36,13 @@ from compactor.formats.compaction import MIN_SUMMARY_TOKENS, assemble
 from compactor.formats.messages import (
     TOKENS_PER_REPLY,
     answers,
+    as_mapping,
     conversation_source,
     message_chunks,
+    message_costs,
+    message_tokens,
     messages_tokens,
+    parse_message,
     read_messages,
     to_dict,
 )
@@ -46,7 +50,7 @@ from compactor.formats.providers import Wire, check_wire, to_chat, wire_of
 from compactor.formats.system_prompt import system_records
 from compactor.state import CompactionPlan, ConversationOptions, State
 from compactor.store import Batch, ChunkStore, open_store
-from compactor.text.tokens import get_counter
+from compactor.text.tokens import TokenCounter, get_counter
 
 DEFAULT_SESSION = "conversation"
 SUMMARY_ROLES = ("user", "system", "assistant")
@@ -161,7 +165,8 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int | None =
     check_overrides(runner, CompactionPlan, options)
     parsed = read_messages(messages)
     counter = runner.counter
-    original_tokens = messages_tokens(parsed, counter)
+    costs = message_costs(parsed, counter)  # each message counted once: every later count reuses them
+    original_tokens = TOKENS_PER_REPLY + sum(costs)
     if ratio is not None:
         wanted = max(1, int(original_tokens * ratio))
         if budget is not None and budget != wanted:
@@ -182,7 +187,7 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int | None =
     tier_report: dict[str, dict[str, Any]] = {}
     items = list(messages) if not isinstance(messages, str | bytes) else [to_dict(m) for m in parsed]
     protect = request_indices(parsed)
-    current, current_parsed = items, parsed
+    current, current_parsed, current_costs = items, parsed, costs
     stored: list[tuple[Source, Chunk]] = []
     replaced: dict[int, str] = {}
     # a history already within the budget is left as it is: the cheap tiers only shrink what must shrink
@@ -193,10 +198,10 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int | None =
         if name == "clear":
             tiered = clear_outputs(current, current_parsed, counter, keep=keep_tool_results,
                                    exclude_tools=excluded, clear_at_least=clear_at_least,
-                                   expand_tool=expand_tool, protect=protect)
+                                   expand_tool=expand_tool, protect=protect, costs=current_costs)
         else:
             tiered = reduce_outputs(current, current_parsed, counter, expand_tool=expand_tool,
-                                    protect=protect,
+                                    protect=protect, costs=current_costs,
                                     references=[m.content for m in current_parsed if answers(m) is None])
         tier_report[name] = {"ran": tiered is not None, "saved": tiered.saved if tiered else 0, "used": False}
         if tiered is None:
@@ -204,8 +209,9 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int | None =
         stored.extend(tiered.stored)
         replaced.update(tiered.replaced)
         current = tiered.messages
-        current_parsed = read_messages(current)
-        tokens = messages_tokens(current_parsed, counter)
+        current_parsed, current_costs = _retiered(current, current_parsed, current_costs, tiered.replaced,
+                                                  counter)
+        tokens = TOKENS_PER_REPLY + sum(current_costs)
         if tokens <= bound or "summary" not in chosen:
             for used in tier_report.values():
                 used["used"] = bool(used["ran"])
@@ -229,11 +235,13 @@ def compact_messages(messages: Iterable[Any] | str | bytes, budget: int | None =
             "original_tokens": original_tokens, "output_tokens": original_tokens + pin_tokens,
             "tokens": original_tokens + pin_tokens, "kind": None, "pins": [label for _, _, label in pins]})
     source_items = _restored(items, parsed, restore) if restore else items
+    # the history as read and counted above, unless originals came back in place of stubs
+    known = (parsed, costs) if source_items is items else None
     if ratio is not None:  # a share of the history: fill it, not only stay under it
         options["fill"] = True
     result = _summarise(source_items, room, runner, target, session_id, llm, options,
                         auto_system=compress_system is None
-                        and any(m.role not in ("system", "developer") for m in parsed))
+                        and any(m.role not in ("system", "developer") for m in parsed), known=known)
     saved = max(0, original_tokens - int(result.report["output_tokens"]))
     tier_report["summary"] = {"ran": True, "saved": saved, "used": True}
     result.report["tiers"] = tier_report
@@ -303,17 +311,23 @@ def _json_items(text: str | bytes) -> list[Any]:
     return data
 
 
+#: A history as `compact_messages` read it: the messages and what each costs (`message_costs`).
+Known = tuple[Sequence[Message], Sequence[int]]
+
+
 def _summarise(items: list[Any], budget: int, runner: Any, target: ChunkStore, session_id: str, llm: Any,
-               options: dict[str, Any], *, auto_system: bool) -> CompactedMessages:
+               options: dict[str, Any], *, auto_system: bool,
+               known: Known | None = None) -> CompactedMessages:
     """The summary tier: the conversation pipeline at `budget`; when the system message(s) leave no
-    room and `compress_system` was not decided by the caller, again with their excerpt."""
+    room and `compress_system` was not decided by the caller, again with their excerpt. `known`:
+    `items` already read and counted, so neither is done again."""
     try:
-        return _run_summary(items, budget, runner, target, session_id, llm, options)
+        return _run_summary(items, budget, runner, target, session_id, llm, options, known)
     except BudgetError as exc:
         if not auto_system:
             raise
         result = _run_summary(items, budget, runner, target, session_id, llm,
-                              {**options, "compress_system": True})
+                              {**options, "compress_system": True}, known)
         note = (f"the system message(s) leave no room in {budget} tokens ({exc}); sent as an excerpt "
                 "(compress_system), the original stored for expand")
         result.report.setdefault("warnings", []).append(note)
@@ -322,9 +336,9 @@ def _summarise(items: list[Any], budget: int, runner: Any, target: ChunkStore, s
 
 
 def _run_summary(messages: list[Any], budget: int, runner: Any, target: ChunkStore, session_id: str,
-                 llm: Any, options: dict[str, Any]) -> CompactedMessages:
-    parsed = read_messages(messages)
-    source = conversation_source(parsed)
+                 llm: Any, options: dict[str, Any], known: Known | None = None) -> CompactedMessages:
+    parsed, costs = known if known is not None else (read_messages(messages), None)
+    source = conversation_source(parsed, costs=costs)  # counted: the pipeline does not count it again
     if not runner.spec.provides(CompactionPlan):
         raise ConfigError(Problem("compact_messages needs a pipeline with a history compressor (a step "
                                   "that provides CompactionPlan, such as compress.eight_segment)",
@@ -389,6 +403,18 @@ def _names(field: str, values: Any) -> tuple[str, ...]:
     if not all(isinstance(v, str) for v in values):
         raise InputError(f"{field} must be tool names")
     return tuple(values)
+
+
+def _retiered(items: Sequence[Any], parsed: Sequence[Message], costs: Sequence[int], replaced: Iterable[int],
+              counter: TokenCounter) -> tuple[list[Message], list[int]]:
+    """The messages and costs of a history after a cheap tier replaced the messages at `replaced`
+    (`items` the new list): only those are read and counted again."""
+    new_parsed, new_costs = list(parsed), list(costs)
+    for i in replaced:
+        where = f"<messages>: message {i}"
+        new_parsed[i] = parse_message(as_mapping(items[i], where), where)
+        new_costs[i] = message_tokens(new_parsed[i], counter)
+    return new_parsed, new_costs
 
 
 def _restored(items: list[Any], parsed: Sequence[Message], originals: Mapping[str, Any]) -> list[Any]:

@@ -161,10 +161,11 @@ def _replace(item: Any, message: Message, text: str) -> dict[str, Any]:
 def clear_outputs(items: Sequence[Any], messages: Sequence[Message], counter: TokenCounter, *,
                   keep: int = 3, exclude_tools: Iterable[str] = (), clear_at_least: int = 0,
                   expand_tool: str | None = "expand_context", protect: Iterable[int] = (),
-                  values: int = 8) -> Tiered | None:
+                  values: int = 8, costs: Sequence[int] | None = None) -> Tiered | None:
     """Tier 0: every output but the last `keep` (and those of `exclude_tools`, and `protect`ed
     indices) as a stub; None when that saves fewer than `clear_at_least` tokens (a clearing breaks
-    the provider's prompt cache from the first stub on, so it has to be worth it) or nothing."""
+    the provider's prompt cache from the first stub on, so it has to be worth it) or nothing.
+    `costs`: each message's `message_tokens` when the caller has them (else counted here)."""
     excluded = set(exclude_tools)
     kept = set(protect)
     outputs = output_indices(messages)
@@ -177,7 +178,7 @@ def clear_outputs(items: Sequence[Any], messages: Sequence[Message], counter: To
         message = messages[i]
         if i in kept or is_tiered(message) or tool_name(messages, i) in excluded:
             continue
-        cost = message_tokens(message, counter)
+        cost = costs[i] if costs is not None else message_tokens(message, counter)
         source, chunk = original_of(message)
         stub = stub_text(messages, i, cost, chunk.id, expand_tool, values)
         replacement = _replace(items[i], message, stub)
@@ -195,9 +196,11 @@ def clear_outputs(items: Sequence[Any], messages: Sequence[Message], counter: To
 
 def reduce_outputs(items: Sequence[Any], messages: Sequence[Message], counter: TokenCounter, *,
                    references: Iterable[str] = (), min_tokens: int = 200,
-                   expand_tool: str | None = "expand_context", protect: Iterable[int] = ()) -> Tiered | None:
+                   expand_tool: str | None = "expand_context", protect: Iterable[int] = (),
+                   costs: Sequence[int] | None = None) -> Tiered | None:
     """Tier 1: structured outputs (JSON, CSV, tables) of at least `min_tokens` reduced by their
-    structure, keeping the rows that the rest of the history mentions; None when nothing shrank."""
+    structure, keeping the rows that the rest of the history mentions; None when nothing shrank.
+    `costs`: each message's `message_tokens` when the caller has them (else counted here)."""
     kept = set(protect)
     out = list(items)
     replaced: dict[int, str] = {}
@@ -208,7 +211,7 @@ def reduce_outputs(items: Sequence[Any], messages: Sequence[Message], counter: T
         message = messages[i]
         if i in kept or is_tiered(message):
             continue
-        cost = message_tokens(message, counter)
+        cost = costs[i] if costs is not None else message_tokens(message, counter)
         if cost < min_tokens:
             continue
         source, chunk = original_of(message)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -337,16 +337,36 @@ def _carried_tokens(value: Any, counter: TokenCounter) -> int:
 
 def message_tokens(message: Message, counter: TokenCounter) -> int:
     """Tokens one message costs in a chat request (OpenAI's per-message accounting)."""
-    tokens = (TOKENS_PER_MESSAGE + counter.count(wire_text(message)) + counter.count(message.role)
+    return _message_cost(message, counter, counter.count)
+
+
+def _message_cost(message: Message, counter: TokenCounter, count: Callable[[str], int]) -> int:
+    """`message_tokens` with the text counts taken from `count` (a cache of them, or the counter's)."""
+    tokens = (TOKENS_PER_MESSAGE + count(wire_text(message)) + count(message.role)
               + IMAGE_TOKENS * image_count(message) + hidden_tokens(message, counter))
     if message.name:
-        tokens += TOKENS_PER_NAME + counter.count(message.name)
+        tokens += TOKENS_PER_NAME + count(message.name)
     return tokens
+
+
+def message_costs(messages: Iterable[Message], counter: TokenCounter) -> list[int]:
+    """`message_tokens` of each message, each distinct text encoded once: the roles and names, and a
+    content that comes back (the same tool output twice) are counted once per call. A caller keeps
+    the list so that nothing counts the same history again (`conversation_source`'s `costs`)."""
+    known: dict[str, int] = {}
+
+    def count(text: str) -> int:
+        found = known.get(text)
+        if found is None:
+            found = known[text] = counter.count(text)
+        return found
+
+    return [_message_cost(m, counter, count) for m in messages]
 
 
 def messages_tokens(messages: Iterable[Message], counter: TokenCounter) -> int:
     """Tokens a whole message list costs, including the reply priming."""
-    return TOKENS_PER_REPLY + sum(message_tokens(m, counter) for m in messages)
+    return TOKENS_PER_REPLY + sum(message_costs(messages, counter))
 
 
 # -- as a document ---------------------------------------------------------------------------------
@@ -361,9 +381,12 @@ def render_message(message: Message) -> str:
 
 
 def conversation_source(messages: Sequence[Message], name: str | None = None,
-                        metadata: Mapping[str, Any] | None = None) -> Source:
+                        metadata: Mapping[str, Any] | None = None,
+                        costs: Sequence[int] | None = None) -> Source:
     """One source per conversation. Its text lists the messages as blocks; `unit_spans` holds each
-    message's `(start, end)` in that text, so message `i` becomes chunk `i` (`chunk.messages`)."""
+    message's `(start, end)` in that text, so message `i` becomes chunk `i` (`chunk.messages`).
+    `costs`: the messages' `message_costs` when the caller has them, so the source comes counted
+    (`conversation_counts` takes them as they are) rather than encoding every message again."""
     spans: list[tuple[int, int]] = []
     parts: list[str] = []
     offset = 0
@@ -372,8 +395,13 @@ def conversation_source(messages: Sequence[Message], name: str | None = None,
         spans.append((offset, offset + len(block)))
         parts.append(block)
         offset += len(block) + 2
-    return Source.from_text("\n\n".join(parts), kind="conversation", uri=name, metadata=metadata,
-                            messages=messages, unit_spans=spans)
+    source = Source.from_text("\n\n".join(parts), kind="conversation", uri=name, metadata=metadata,
+                              messages=messages, unit_spans=spans)
+    if costs is None:
+        return source
+    if len(costs) != len(messages):
+        raise ValueError(f"{len(costs)} message costs for {len(messages)} messages")
+    return replace(source, tokens=TOKENS_PER_REPLY + sum(costs), message_tokens=tuple(costs))
 
 
 def conversation_counts(source: Source, counter: TokenCounter) -> Source:
@@ -383,7 +411,7 @@ def conversation_counts(source: Source, counter: TokenCounter) -> Source:
     if source.tokens is not None or source.kind != "conversation" or not source.messages \
             or not source.unit_spans:
         return source
-    costs = [message_tokens(m, counter) for m in source.messages]
+    costs = message_costs(source.messages, counter)
     return replace(source, tokens=TOKENS_PER_REPLY + sum(costs), message_tokens=tuple(costs))
 
 
@@ -396,7 +424,7 @@ def message_chunks(source: Source, counter: TokenCounter) -> list[Chunk]:
                          "conversation_source (its message spans are missing)")
     known = source.message_tokens
     costs = known if known is not None and len(known) == len(spans) else tuple(
-        message_tokens(m, counter) for m in source.messages)
+        message_costs(source.messages, counter))
     return [Chunk(id=chunk_id(source.id, i), source_id=source.id, index=i, start=start, end=end,
                   text=source.original[start:end], tokens=cost, units=(i, i + 1))
             for i, ((start, end), cost) in enumerate(zip(spans, costs, strict=True))]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -86,3 +87,44 @@ def test_first_error_line_is_the_first_match_of_the_whole_scan() -> None:
 def test_shell_writes_with_or_without_write_text(command: str, writes: list[str]) -> None:
     history = hx.History([Message(role="assistant", content=f"```bash\n{command}\n```")])
     assert history.actions[0].writes == writes
+
+
+def test_identifier_scan_equals_the_plain_alternation() -> None:
+    """The lookaheads in front of the identifier shapes only skip places: every match (its span,
+    its group, what it holds) is the plain alternation's."""
+    plain = re.compile(hx._IDENT_SHAPES)
+
+    def matches(pattern: re.Pattern[str], text: str) -> list[tuple[tuple[int, int], int | None, str]]:
+        return [(m.span(), m.lastindex, m.group(m.lastindex or 0)) for m in pattern.finditer(text)]
+
+    text = ("Call `get_user(id)` for mia.li+work@example.com on 2024-05-01T10:30, $1,250.00 or 30 EUR: "
+            "HTTPServer parse_args os.path.join() ABC123 3rd v2 Word word. word-word word+x word@x.io")
+    assert matches(hx._IDENT, text) == matches(plain, text)
+    assert hx._identifiers(text, prose=False)[:3] == ["get_user(id)", "mia.li+work@example.com",
+                                                      "2024-05-01T10:30"]
+    rnd = random.Random(5)
+    alphabet = [*"aAbZz09_ .,-+@$`()\n:T/é元", "USD", "EUR", "2024-01-02", "foo.bar", "x@y.io", " 12:30",
+                "()", "Word", "word", "ab_c"]
+    for _ in range(20000):
+        text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 16)))
+        assert matches(hx._IDENT, text) == matches(plain, text), text
+
+
+def test_sentences_are_split_once_with_or_without_code_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = "First we look. Then we fix it.\n```bash\nls -la\n```\nAfter that the tests pass."
+    split: list[str] = []
+    plain = hx.split_sentences
+
+    def spy(prose: str, *args: object, **kwargs: object) -> list[tuple[int, int]]:
+        split.append(prose)
+        return plain(prose, *args, **kwargs)
+
+    hx._sentences.cache_clear()
+    hx._prose_sentences.cache_clear()
+    monkeypatch.setattr(hx, "split_sentences", spy)
+    with_blocks = hx.sentences_of(text)
+    without = hx.sentences_of(hx._FENCE.sub(" ", text))  # how pending_items reads a message
+    assert with_blocks == without == ["First we look.", "Then we fix it.", "After that the tests pass."]
+    assert len(split) == 1
+    hx._sentences.cache_clear()
+    hx._prose_sentences.cache_clear()
