@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
+from itertools import chain
 from typing import Any, Literal
 
 import regex
@@ -20,27 +21,55 @@ from compactor.run import Run
 from compactor.text import relevance as rel
 from compactor.text import terms as ts
 
-# English under IGNORECASE and Chinese apart: a case-insensitive alternation that also holds the
-# Chinese words tries them at every position of English text, for nothing.
-_BOILERPLATE_EN = regex.compile(
-    r"\b(?:click here|read more|subscribe|sign up|log in|cookie|privacy policy|terms of (?:use|service)|"
-    r"all rights reserved|share (?:this|on)|follow us|advertisement|newsletter|related (?:posts|articles)|"
-    r"skip to (?:main )?content)\b",
-    regex.IGNORECASE,
+
+class _Phrases:
+    """Words and phrases counted in a chunk, found whole: English ones case-insensitively (a trailing
+    `*` takes any word ending), Chinese ones as written. English apart from Chinese: a
+    case-insensitive alternation that also holds the Chinese words tries them at every position of
+    English text, for nothing."""
+
+    def __init__(self, english: Sequence[str], chinese: Sequence[str]) -> None:
+        self.words = tuple(w.removesuffix("*") for w in english)
+        assert all(len(w) >= 4 for w in self.words), "ts.phrase_holders finds four characters or more"
+        self.english = regex.compile(
+            r"\b(?:" + "|".join(regex.escape(w.removesuffix("*")) + (r"\w*" if w.endswith("*") else "")
+                                for w in english) + r")\b", regex.IGNORECASE)
+        self.chinese = regex.compile("|".join(map(regex.escape, chinese)))
+
+    def hits(self, text: str) -> int:
+        """Matches in one text."""
+        found = len(self.english.findall(text))
+        return found + len(self.chinese.findall(text)) if _HAN.search(text) else found
+
+    def counts(self, joined: ts.Joined) -> list[int]:
+        """`hits` of each text of `joined`: the English pattern only in the texts holding one of its
+        words, the Chinese one over the texts that are not ASCII at once (no separator holds Han)."""
+        texts = joined.texts
+        counts = [0] * len(texts)
+        for i in ts.phrase_holders(joined, self.words):
+            counts[i] = len(self.english.findall(texts[i]))
+        wide = [i for i, text in enumerate(texts) if not text.isascii()]
+        if wide:
+            holders = joined.subset(wide)
+            for i in holders.owners([m.start() for m in self.chinese.finditer(holders.text)]):
+                counts[wide[i]] += 1
+        return counts
+
+
+_BOILERPLATE = _Phrases(
+    ("click here", "read more", "subscribe", "sign up", "log in", "cookie", "privacy policy", "terms of use",
+     "terms of service", "all rights reserved", "share this", "share on", "follow us", "advertisement",
+     "newsletter", "related posts", "related articles", "skip to main content", "skip to content"),
+    ("版权所有", "点击", "订阅", "登录", "注册", "相关阅读", "分享到", "广告", "免责声明"),
 )
-_BOILERPLATE_ZH = regex.compile(r"版权所有|点击|订阅|登录|注册|相关阅读|分享到|广告|免责声明")
-_CRITICAL_EN = regex.compile(
-    r"\b(?:critical|fatal|error|exception|failed|failure|must|required|security|vulnerab\w*|breaking|"
-    r"deadline|blocker|warning|do not|never|always|important|urgent|data loss)\b",
-    regex.IGNORECASE,
+_CRITICAL = _Phrases(
+    ("critical", "fatal", "error", "exception", "failed", "failure", "must", "required", "security",
+     "vulnerab*", "breaking", "deadline", "blocker", "warning", "do not", "never", "always", "important",
+     "urgent", "data loss"),
+    ("错误", "异常", "失败", "必须", "严重", "关键", "安全", "漏洞", "警告", "不要", "禁止", "重要", "紧急",
+     "截止"),
 )
-_CRITICAL_ZH = regex.compile(r"错误|异常|失败|必须|严重|关键|安全|漏洞|警告|不要|禁止|重要|紧急|截止")
 _HAN = regex.compile(r"\p{Han}")
-
-
-def _hits(english: regex.Pattern[str], chinese: regex.Pattern[str], text: str) -> int:
-    found = len(english.findall(text))
-    return found + len(chinese.findall(text)) if _HAN.search(text) else found
 
 
 def _chunk_terms(chunks: Sequence[Chunk]) -> list[tuple[str, ...]]:
@@ -59,29 +88,29 @@ class DensityScorer(Component):
 
     @hookimpl
     def compactor_score(self, context: Context, run: Run) -> ScoreSet:
+        chunks = context.chunks
+        texts = [c.text for c in chunks]
+        joined = ts.Joined(texts)  # each pattern runs once over all the chunks
+        signals = ts.signals_of(texts)
+        words = ts.word_counts(joined)
+        boilerplate = _BOILERPLATE.counts(joined)
         values: dict[str, float] = {}
         features: dict[str, dict[str, Any]] = {}
-        for chunk in context.chunks:
-            text = chunk.text
+        rows = zip(chunks, signals, _chunk_terms(chunks), words, boilerplate, strict=True)
+        for chunk, sig, terms, n_words, boiler in rows:
             tokens = max(chunk.tokens, 1)
-            sig = ts.signals(text)
-            found = {
-                "numbers": sig.number_hits,
-                "dates": sig.date_hits,
-                "units": sig.unit_hits,
-                "entities": len(sig.entities),
-                "identifiers": len(sig.identifiers) + sig.url_hits,
-            }
-            content = len(rel.index_terms(text))
-            content_ratio = min(1.0, content / max(ts.word_count(text), 1))
-            facts_per_100 = 100.0 * sum(found.values()) / tokens
-            boiler = _hits(_BOILERPLATE_EN, _BOILERPLATE_ZH, text)
+            entities = len(sig.entities)
+            identifiers = len(sig.identifiers) + sig.url_hits
+            facts = sig.number_hits + sig.date_hits + sig.unit_hits + entities + identifiers
+            content_ratio = min(1.0, len(terms) / max(n_words, 1))
+            facts_per_100 = 100.0 * facts / tokens
             penalty = min(0.8, 0.25 * boiler)
             score = (0.55 * min(1.0, facts_per_100 / 12.0) + 0.45 * content_ratio) * (1 - penalty)
             values[chunk.id] = round(score, 4)
-            features[chunk.id] = {**found, "content_ratio": round(content_ratio, 3),
-                                  "facts_per_100_tokens": round(facts_per_100, 2),
-                                  "boilerplate_hits": boiler}
+            features[chunk.id] = {"numbers": sig.number_hits, "dates": sig.date_hits, "units": sig.unit_hits,
+                                  "entities": entities, "identifiers": identifiers,
+                                  "content_ratio": round(content_ratio, 3),
+                                  "facts_per_100_tokens": round(facts_per_100, 2), "boilerplate_hits": boiler}
         return ScoreSet(self.name, values, features)
 
 
@@ -162,37 +191,44 @@ class ImportanceScorer(Component):
     @hookimpl
     def compactor_score(self, context: Context, run: Run) -> ScoreSet:
         chunks = context.chunks
+        texts = [c.text for c in chunks]
         docs = _chunk_terms(chunks)
         n = len(chunks) or 1
-        df: Counter[str] = Counter()
-        for doc in docs:
-            df.update(set(doc))
-        refs = [ts.signals(c.text).entities | ts.signals(c.text).identifiers for c in chunks]
-        ref_df: Counter[str] = Counter()
-        for r in refs:
-            ref_df.update(r)
-        mean_idf = [sum(math.log(n / df[t]) for t in set(d)) / len(set(d)) if d else 0.0 for d in docs]
+        # a chunk's distinct terms, built once (their order is the order the idf sum takes)
+        term_sets = [set(doc) for doc in docs]
+        df = Counter(chain.from_iterable(term_sets))
+        idf_of = {count: math.log(n / count) for count in set(df.values())}  # a term's idf is its df's
+        mean_idf = [sum(map(idf_of.__getitem__, map(df.__getitem__, s))) / len(s) if s else 0.0
+                    for s in term_sets]
         top_idf = max(mean_idf, default=0.0) or 1.0
+        refs = [s.entities | s.identifiers for s in ts.signals_of(texts)]
+        ref_df = Counter(chain.from_iterable(refs))
+        shared_refs = {r for r, count in ref_df.items() if count > 1}
+        critical = _CRITICAL.counts(ts.Joined(texts))
         seen: set[frozenset[str]] = set()
         action_value = {"actionable": 1.0, "informational": 0.5, "historical": 0.2}
+        w_critical, w_dependency, w_unique, w_action = self.weights.values()
         total_w = sum(self.weights.values()) or 1.0
+        # criticality and dependency are min(1, hits / 4): five values, rounded once
+        quarters = [min(1.0, hits / 4) for hits in range(5)]
+        rounded = {v: round(v, 3) for v in (*quarters, *action_value.values(), 0.5)}
         values: dict[str, float] = {}
         features: dict[str, dict[str, Any]] = {}
         for i, chunk in enumerate(chunks):
-            critical_hits = _hits(_CRITICAL_EN, _CRITICAL_ZH, chunk.text)
-            if chunk.labels.get("type") == "error_information":
-                critical_hits += 2
-            criticality = min(1.0, critical_hits / 4)
-            shared = sum(1 for r in refs[i] if ref_df[r] > 1)
-            dependency = min(1.0, shared / 4)
-            key = frozenset(docs[i])
+            labels = chunk.labels
+            critical_hits = critical[i] + 2 if labels.get("type") == "error_information" else critical[i]
+            criticality = quarters[critical_hits] if critical_hits < 4 else 1.0
+            shared = len(refs[i] & shared_refs)
+            dependency = quarters[shared] if shared < 4 else 1.0
+            key = frozenset(term_sets[i])
             uniqueness = 0.0 if key and key in seen else mean_idf[i] / top_idf
             seen.add(key)
-            actionability = action_value.get(str(chunk.labels.get("actionability")), 0.5)
-            parts = {"criticality": criticality, "dependency": dependency, "uniqueness": uniqueness,
-                     "actionability": actionability}
-            values[chunk.id] = round(sum(self.weights[k] * v for k, v in parts.items()) / total_w, 4)
-            features[chunk.id] = {k: round(v, 3) for k, v in parts.items()}
+            actionability = action_value.get(str(labels.get("actionability")), 0.5)
+            # summed in the order of `weights`, from 0 as sum() does
+            total = 0 + w_critical * criticality + w_dependency * dependency + w_unique * uniqueness
+            values[chunk.id] = round((total + w_action * actionability) / total_w, 4)
+            features[chunk.id] = {"criticality": rounded[criticality], "dependency": rounded[dependency],
+                                  "uniqueness": round(uniqueness, 3), "actionability": rounded[actionability]}
         return ScoreSet(self.name, values, features)
 
 
