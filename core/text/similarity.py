@@ -563,10 +563,12 @@ class ShingleTable:
         shared = self._holders[groups] > 1
         which, at, groups = which[shared], at[shared], groups[shared]
         # rank the groups met: fewest holders first, ties first met (unique per group)
-        met = np.unique(groups)
-        rank = np.empty(len(met), np.int64)
-        rank[np.argsort(self._holders[met] * len(self._group) + self._first_met[met])] = np.arange(len(met))
-        key = which * len(met) + rank[np.searchsorted(met, groups)]
+        met = np.sort(groups)
+        met = met[_firsts(met)]  # np.unique may hash: slower
+        rank = np.zeros(len(self._holders), np.int64)  # by group
+        ranked = met[np.argsort(self._holders[met] * len(self._group) + self._first_met[met])]
+        rank[ranked] = np.arange(len(met))
+        key = which * len(met) + rank[groups]
         order = np.argsort(key)
         key, at = key[order], at[order]
         once = _firsts(key)  # a group repeated in a list: once
