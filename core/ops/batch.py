@@ -12,16 +12,25 @@ Python API read too): `text`, `content` (+ `url`), `html`, `messages` (a convers
 documents in flight, not by the corpus. On restart, ids already in the output are skipped (a torn
 last line from a crash is cut off first), so no document is lost or written twice. Pool workers
 die with the run, however it ends (`worker_init`), so a killed run leaves no process behind.
+
+A pool or Dask task holds several documents (`Chunks`): every task costs the executor the same
+whatever its work (a Dask task several milliseconds of client, scheduler and worker CPU), as much
+as compressing a short document. Each worker process builds the pipeline once (`_pipeline`, keyed
+by its text), and a Dask run builds it on every worker before the first task (`_Dask.warm`), so a
+task carries the pipeline's text, never the pipeline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -33,12 +42,18 @@ from compactor.ops.progress import BatchProgress, count_records
 
 Executor = Literal["serial", "local", "dask"]
 
+TASK_SECONDS = 0.25  # CPU one task aims at: a Dask task's own cost (ms of CPU) is then a few percent
+TASK_WALL = 2.0  # seconds one task stays under, however little CPU its documents take
+MAX_CHUNK = 64  # documents per task at most, whatever their speed
+
 
 @dataclass(slots=True)
 class BatchStats:
     """What a batch run did. `bytes_in` is every byte read (skipped records too), `bytes_done` only
-    those of the documents this run computed; `slots` is how many documents the executor runs at once
-    (a Dask cluster's worker threads) and `window` how many were let in flight."""
+    those of the documents this run computed; `slots` is how many tasks the executor runs at once
+    (a Dask cluster's worker threads), `window` how many tasks' worth of documents were let in
+    flight, `tasks` how many tasks the documents went in and `task_cpu` the CPU seconds those tasks
+    took, in whichever process ran them (the work, without the executor's own)."""
 
     read: int = 0
     skipped: int = 0
@@ -49,6 +64,8 @@ class BatchStats:
     bytes_done: int = 0
     slots: int = 0
     window: int = 0
+    tasks: int = 0
+    task_cpu: float = 0.0
     interrupted: bool = False
     errors: list[str] = field(default_factory=list)
 
@@ -68,7 +85,7 @@ def _pipeline(text: str, label: str, runs: str | None = None) -> Any:
     return pipeline
 
 
-def run_document(pipeline: tuple[str, ...], record: Mapping[str, Any], line: int,
+def run_document(pipeline: tuple[str | None, ...], record: Mapping[str, Any], line: int,
                  output_format: str | None = None, defaults: Mapping[str, Any] | None = None,
                  name: str = "<corpus>") -> dict[str, Any]:
     """Compress one record, line `line` of corpus `name` (in whichever process runs it); never raises
@@ -95,6 +112,63 @@ def run_document(pipeline: tuple[str, ...], record: Mapping[str, Any], line: int
     except Exception as exc:  # one broken document must not stop a million others
         return {"id": doc_id, "ok": False, "error": f"{type(exc).__name__}: {exc}",
                 "seconds": round(time.perf_counter() - started, 6)}
+
+
+def run_documents(pipeline: tuple[str | None, ...], items: Sequence[tuple[Mapping[str, Any], int]],
+                  output_format: str | None = None, defaults: Mapping[str, Any] | None = None,
+                  name: str = "<corpus>") -> tuple[list[dict[str, Any]], float]:
+    """One task: `run_document` for each (record, line) of `items`, results in their order, and the
+    CPU seconds the task took (which sizes the next tasks, `Chunks`). A bad document is its own
+    failed result, so it never costs the others in the task theirs."""
+    started = time.thread_time()
+    results = [run_document(pipeline, record, line, output_format, defaults, name) for record, line in items]
+    return results, time.thread_time() - started
+
+
+def warm_pipeline(pipeline: tuple[str | None, ...]) -> None:
+    """Build the pipeline in this process now (plugins imported, tokenizer loaded), not inside the
+    first task; nothing is run, so a pipeline that calls a model makes no call."""
+    _pipeline(*pipeline)
+
+
+@dataclass(slots=True)
+class Chunks:
+    """How many documents the next task holds. It starts at one and grows until a task is about
+    `TASK_SECONDS` of CPU: the per-task cost is CPU, and a machine busy with other work stretches
+    wall time, not CPU. The estimate is the median of recent tasks' CPU per document, so a worker's
+    first task (which builds the pipeline) or one huge page does not decide it. A task also stays
+    under `TASK_WALL` by its documents' own `seconds`, so documents that wait (a model call each)
+    stay one per task. Near the end of a corpus of known size a task takes at most a quarter of a
+    slot's share of what is left, so the last tasks are spread over every slot, not left to one.
+    `fixed` pins the size."""
+
+    slots: int = 1
+    fixed: int | None = None
+    limit: int = MAX_CHUNK
+    cpu: deque[float] = field(default_factory=lambda: deque(maxlen=32))
+    wall: deque[float] = field(default_factory=lambda: deque(maxlen=64))
+
+    def size(self, remaining: float | None = None) -> int:
+        """Documents for the next task, `remaining` the documents still to read (estimated)."""
+        if self.fixed:
+            return self.fixed
+        if not self.cpu:
+            return 1
+        size = TASK_SECONDS / max(statistics.median(self.cpu), 1e-5)
+        if self.wall:
+            size = min(size, TASK_WALL / max(statistics.median(self.wall), 1e-5))
+        if remaining is not None:
+            size = min(size, remaining / (4 * self.slots))
+        return max(1, min(self.limit, int(size)))
+
+    def observe(self, results: Sequence[Mapping[str, Any]], cpu: float) -> None:
+        """A finished task: its results and the CPU seconds it took."""
+        if results:
+            self.cpu.append(cpu / len(results))
+        for result in results:
+            seconds = result.get("seconds")
+            if result.get("ok") and isinstance(seconds, float | int) and seconds > 0:
+                self.wall.append(float(seconds))
 
 
 def _output(text: str | None, fmt: str) -> Any:
@@ -266,12 +340,26 @@ def _process_pool(workers: int) -> ProcessPoolExecutor:
                                initargs=(os.getpid(), forkserver))
 
 
+def local_cluster(workers: int) -> Any:
+    """The Dask cluster `--executor dask` starts without `--scheduler`: `workers` processes of one
+    thread each. No dashboard, and the scheduler's HTTP server (which `dashboard_address=None` still
+    puts on port 8787, failing when that port is taken) on a free loopback port; without the
+    dashboard nobody sees the workers' profiles, whose sampling every 10 ms costs a few percent of
+    their CPU, so they do not sample (a worker takes the configuration it starts with)."""
+    import dask
+    from distributed import LocalCluster
+
+    with dask.config.set({"distributed.worker.profile.enabled": False}):
+        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                            dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": False})
+
+
 class _Dask:
-    """Documents as independent Dask tasks; a task lost with its worker is run again elsewhere."""
+    """Tasks of documents on a Dask cluster; a task lost with its worker is run again elsewhere."""
 
     def __init__(self, scheduler: str | None, workers: int) -> None:
         try:
-            from distributed import Client, LocalCluster
+            from distributed import Client
         except ImportError:
             raise CompactorError("--executor dask needs the `distributed` package: "
                                  "pip install 'compactor[dask]'") from None
@@ -279,11 +367,7 @@ class _Dask:
         if scheduler:
             self.client = Client(scheduler, timeout="30s")
         else:
-            # no dashboard, and the scheduler's HTTP server (which `dashboard_address=None` still
-            # puts on port 8787, failing when that port is taken) on a free loopback port
-            self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                        dashboard_address="127.0.0.1:0",
-                                        scheduler_kwargs={"dashboard": False})
+            self.cluster = local_cluster(workers)
             self.client = Client(self.cluster)
         self.slots = self._threads(workers)
 
@@ -298,6 +382,13 @@ class _Dask:
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
         return self.client.submit(fn, *args, pure=False, retries=3)
+
+    def warm(self, pipeline: tuple[str | None, ...]) -> None:
+        """Every worker builds the pipeline at once, side by side, before the first task: a task's
+        time is then its documents' (which sizes the next tasks). Best effort: a worker that
+        cannot builds it in its first task, where the error is reported per document."""
+        with contextlib.suppress(Exception):  # only a head start: the tasks report what goes wrong
+            self.client.run(warm_pipeline, pipeline)
 
     def close(self) -> None:
         self.client.close()
@@ -321,14 +412,17 @@ def _slots(pool: Any, workers: int) -> int:
 def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, executor: Executor = "local",
               workers: int | None = None, scheduler: str | None = None, window: int | None = None,
               output_format: str | None = None, query: str | None = None, budget: int | None = None,
-              runs: str | None = None, progress: TextIO | None = None, live: bool = True) -> BatchStats:
+              runs: str | None = None, progress: TextIO | None = None, live: bool = True,
+              chunk: int | None = None) -> BatchStats:
     """Run the pipeline over every record of `corpus` not yet in `out`, appending results in input
     order (`runs`: a SQLite store where every document's run is recorded, `compactor.ops.monitor`).
-    At most `window` documents (default 4 per slot: a pool process or a Dask worker thread) are in
-    flight or waiting to be written, whatever the corpus size. A process-pool worker that dies is
-    replaced and its documents run again (up to 3 times); Dask does the same for its workers.
-    `progress`: where progress goes (`compactor.ops.progress`: a bar on a terminal, else plain lines;
-    with `live` False only the summary line)."""
+    At most `window` tasks' worth of documents (default 4 tasks per slot: a pool process or a Dask
+    worker thread) are in flight or waiting to be written, whatever the corpus size. A task holds
+    `chunk` documents (default: grown until a task is about `TASK_SECONDS` of CPU, `Chunks`; one
+    document per task when serial); a task is sent once it is full or the corpus ends. A
+    process-pool worker that dies is replaced and its documents run again (up to 3 times); Dask does
+    the same for its workers. `progress`: where progress goes (`compactor.ops.progress`: a bar on a
+    terminal, else plain lines; with `live` False only the summary line)."""
     from compactor.pipeline import Pipeline
 
     Pipeline.from_string(pipeline_text, file=label)  # configuration errors before any work
@@ -336,6 +430,8 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
     stats = BatchStats()
     defaults = {k: v for k, v in (("query", query), ("budget", budget)) if v is not None}
     name = "<stdin>" if str(corpus) == "-" else str(corpus)
+    spec = (pipeline_text, label, runs)
+    total = corpus.stat().st_size if name != "<stdin>" and corpus.is_file() else None
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("a", encoding="utf-8", errors="backslashreplace") as sink:
         skip = done_ids(out)
@@ -343,17 +439,23 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
         seen: dict[str, int] = {}
         started = time.perf_counter()
         pool = _executor(executor, workers, scheduler)
+        if isinstance(pool, _Dask):
+            pool.warm(spec)
         stats.slots = _slots(pool, workers)
         window = stats.window = window or 4 * stats.slots
+        chunks = Chunks(stats.slots, fixed=1 if executor == "serial" else chunk)
+        target = chunks.size()  # documents in the task being filled
         # after the executor is up (a Dask cluster takes seconds to start): rates count work only
         shown = None if progress is None else BatchProgress(progress, count_records(corpus) if live else None,
                                                            live=live)
-        pending: dict[Any, tuple[int, tuple[Any, ...]]] = {}
+        pending: dict[Any, tuple[int, tuple[Any, ...]]] = {}  # task -> (first position, arguments)
         ready: dict[int, dict[str, Any]] = {}
         sizes: dict[int, int] = {}  # corpus bytes of each document in flight, for MB/s
+        batch: list[tuple[dict[str, Any], int]] = []  # (record, line) of the task being filled
         restarts = 0
         next_to_write = 0
         order = 0
+        in_flight = 0  # documents in pending tasks
         read_bytes = 0
         finished = False
 
@@ -365,8 +467,19 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
                 next_to_write += 1
             sink.flush()
 
+        def done(position: int, result: dict[str, Any]) -> None:
+            ready[position] = result
+            stats.done += 1
+            stats.bytes_done += (size := sizes.pop(position, 0))
+            if shown is not None:
+                shown.done(size, bool(result.get("ok")))
+            if not result.get("ok"):
+                stats.failed += 1
+                if len(stats.errors) < 20:
+                    stats.errors.append(f"{result.get('id')}: {result.get('error')}")
+
         def collect(block: bool) -> None:
-            nonlocal pool, restarts
+            nonlocal pool, restarts, in_flight
             futures = list(pending)
             if executor == "dask":
                 from distributed import wait as dask_wait
@@ -380,7 +493,7 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
                 if future not in pending:
                     continue
                 try:
-                    result = future.result()
+                    results, cpu = future.result()
                 except BrokenProcessPool:
                     if restarts >= 3:
                         raise CompactorError("the process pool broke 3 times; giving up") from None
@@ -389,19 +502,30 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
                     pool = _executor(executor, workers, scheduler)
                     for old, (position, args) in list(pending.items()):
                         del pending[old]
-                        pending[pool.submit(run_document, *args)] = (position, args)
+                        pending[pool.submit(run_documents, *args)] = (position, args)
                     return
-                position, _ = pending.pop(future)
-                ready[position] = result
-                stats.done += 1
-                stats.bytes_done += (size := sizes.pop(position, 0))
-                if shown is not None:
-                    shown.done(size, bool(result.get("ok")))
-                if not result.get("ok"):
-                    stats.failed += 1
-                    if len(stats.errors) < 20:
-                        stats.errors.append(f"{result.get('id')}: {result.get('error')}")
+                position, args = pending.pop(future)
+                in_flight -= len(args[1])
+                chunks.observe(results, cpu)
+                stats.task_cpu += cpu
+                for offset, result in enumerate(results):
+                    done(position + offset, result)
             flush()
+
+        def send() -> None:
+            """The filled task to the executor; then wait while the window is full (finished
+            results wait for slow ones, so that memory stays bounded)."""
+            nonlocal in_flight, target
+            args = (spec, list(batch), output_format, defaults, name)
+            pending[pool.submit(run_documents, *args)] = (order - len(batch), args)
+            stats.tasks += 1
+            in_flight += len(batch)
+            batch.clear()
+            while pending and in_flight + len(ready) >= window * target:
+                collect(block=True)
+            collect(block=False)
+            left = None if total is None else (total - stats.bytes_in) * stats.read / max(stats.bytes_in, 1)
+            target = chunks.size(left)
 
         try:
             for number, record in read_corpus(corpus, stats):
@@ -418,13 +542,13 @@ def run_batch(pipeline_text: str, label: str, corpus: Path, out: Path, *, execut
                     record = {"id": doc_id, "_error": f"{name}:{number}: duplicate id (first on line "
                                                       f"{seen[key]}); ids must be unique to resume"}
                 seen.setdefault(key, number)
-                args = ((pipeline_text, label, runs), record, number, output_format, defaults, name)
-                pending[pool.submit(run_document, *args)] = (order, args)
+                batch.append((record, number))
                 sizes[order] = size
                 order += 1
-                while len(pending) + len(ready) >= window:  # finished results wait for slow ones
-                    collect(block=True)
-                collect(block=False)
+                if len(batch) >= target:
+                    send()
+            if batch:
+                send()
             while pending:
                 collect(block=True)
             if not stats.read:

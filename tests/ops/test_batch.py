@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from compactor.errors import InputError
-from compactor.ops.batch import done_ids, run_batch
+from compactor.ops.batch import MAX_CHUNK, TASK_SECONDS, TASK_WALL, Chunks, done_ids, run_batch
 from compactor.pipeline import read_pipeline_text
 
 from ..helpers import EVAL, REPO
@@ -37,6 +37,18 @@ def _corpus(tmp_path: Path, copies: int = 1, name: str = "corpus.jsonl") -> Path
 
 def _results(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _timeless(path: Path) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in _results(path)]
+
+
+def _with_bad_records(corpus: Path) -> Path:
+    """The corpus with a failing record and a line that is not JSON in the middle of a task."""
+    lines = corpus.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[5:5] = [json.dumps({"id": "empty", "text": "   "}) + "\n", "{not json\n"]
+    corpus.write_text("".join(lines), encoding="utf-8")
+    return corpus
 
 
 class _Cli:
@@ -86,6 +98,39 @@ def test_resume_skips_written_ids_and_repairs_a_torn_line(tmp_path: Path) -> Non
         return [{k: v for k, v in r.items() if k != "seconds"} for r in _results(path)]
 
     assert timeless(partial) == timeless(full)  # the same documents once each, in input order
+
+
+def test_documents_in_tasks_of_several_keep_order_and_their_own_errors(tmp_path: Path) -> None:
+    corpus = _with_bad_records(_corpus(tmp_path))
+    serial, pooled = tmp_path / "serial.jsonl", tmp_path / "pooled.jsonl"
+    first = run_batch(*GENERIC, corpus, serial, executor="serial")
+    second = run_batch(*GENERIC, corpus, pooled, executor="local", workers=2, chunk=4)
+    assert (first.tasks, second.tasks) == (42, 11)  # 42 records, 4 to a task
+    assert first.failed == second.failed == 2
+    assert _timeless(pooled) == _timeless(serial)
+    assert [r["id"] for r in _results(pooled)][4:8] == ["d0-4", "empty", "line-7", "d0-5"]
+
+
+def test_task_size_grows_to_the_cpu_target_and_shrinks_at_the_end() -> None:
+    ok = {"ok": True, "seconds": 0.01}
+    chunks = Chunks(slots=2)
+    assert chunks.size() == 1  # nothing measured yet
+    chunks.observe([ok], 2.5)  # a worker's first task builds the pipeline
+    for _ in range(4):
+        chunks.observe([ok] * 4 + [{"ok": False, "error": "x", "seconds": 0.0}], 5 * TASK_SECONDS / 16)
+    assert chunks.size() == 16
+    assert chunks.size(remaining=40) == 5  # a quarter of each slot's share of what is left
+    assert chunks.size(remaining=3) == 1
+    busy = Chunks(slots=2)  # other work stretches the documents' wall time, not their CPU
+    busy.observe([{"ok": True, "seconds": 4 * TASK_SECONDS / 16}], TASK_SECONDS / 16)
+    assert busy.size() == 16 and TASK_WALL / (4 * TASK_SECONDS / 16) > 16
+    waiting = Chunks(slots=2)  # a model call per document: little CPU, seconds of wall time
+    waiting.observe([{"ok": True, "seconds": TASK_WALL * 1.5}], 0.001)
+    assert waiting.size() == 1
+    fast = Chunks(slots=2)
+    fast.observe([{"ok": True, "seconds": 1e-6}] * 4, 1e-6)
+    assert fast.size() == MAX_CHUNK
+    assert Chunks(slots=2, fixed=7).size(remaining=1) == 7
 
 
 def test_a_killed_run_resumes_without_losing_or_repeating_a_document(tmp_path: Path) -> None:
@@ -216,6 +261,28 @@ def test_json_output_is_an_object_in_each_result_line(tmp_path: Path) -> None:
         output = result["output"]
         assert isinstance(output, dict), output  # an object, not JSON nested in a string
         assert output["budget"] == 40 and output["segments"][0]["text"].startswith("Document")
+
+
+def test_dask_tasks_of_several_documents_match_one_process_in_order(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    corpus = _with_bad_records(_corpus(tmp_path))
+    serial, out = tmp_path / "serial.jsonl", tmp_path / "dask.jsonl"
+    run_batch(*GENERIC, corpus, serial, executor="serial")
+
+    def pipelines_built() -> int:
+        from compactor.ops import batch
+
+        return int(batch._pipeline.cache_info().currsize)
+
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": False},
+                                  ) as cluster, distributed.Client(cluster) as client:
+        stats = run_batch(*GENERIC, corpus, out, executor="dask", scheduler=cluster.scheduler_address,
+                          chunk=5)
+        built = client.run(pipelines_built)
+    assert stats.tasks == 9 and stats.done == 42 and stats.failed == 2  # 42 records, 5 to a task
+    assert _timeless(out) == _timeless(serial)
+    assert sorted(built.values()) == [1, 1]  # each worker built the pipeline once, for every task
 
 
 def test_dask_work_is_sized_by_the_cluster_threads_not_local_cores(tmp_path: Path,

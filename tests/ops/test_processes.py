@@ -137,7 +137,8 @@ def test_killed_at_random_points_then_resumed_every_id_once_and_no_process_left(
 
 def test_dask_local_cluster_runs_when_port_8787_is_taken(tmp_path: Path) -> None:
     """`dashboard_address=None` still put the scheduler's HTTP server on 8787: with the port taken
-    distributed warned and moved (an error under -W error, as here); now it is a free port."""
+    distributed warned and moved (an error under -W error, as here); now it is a free port. The
+    cluster has no dashboard, so its workers do not sample profiles either."""
     pytest.importorskip("distributed")
     from compactor.ops.batch import _Dask
 
@@ -157,6 +158,13 @@ def test_dask_local_cluster_runs_when_port_8787_is_taken(tmp_path: Path) -> None
             assert executor.cluster is not None
             http = executor.cluster.scheduler.http_server
             assert http.port != 8787 and http.address == "127.0.0.1"
+
+            def profiling() -> bool:
+                import dask
+
+                return bool(dask.config.get("distributed.worker.profile.enabled"))
+
+            assert list(executor.client.run(profiling).values()) == [False]  # nobody would see it
         finally:
             executor.close()
         out = tmp_path / "out.jsonl"
