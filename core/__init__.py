@@ -207,6 +207,20 @@ def compress(
     ).output or ""
 
 
+
+def warm_up(pipelines: Iterable[str | os.PathLike[str]] = ("qa", "generic"), *,
+            plugins: Iterable[Any] = ()) -> None:
+    """Load at start-up what the first `compress` call of a process would load on its way (the
+    token encoding, each named pipeline and what its steps load on first use, the input readers),
+    so a server's first request costs what every later one does. See
+    `compactor.pipeline.warm_up`; later calls cost next to nothing."""
+    from compactor.apps.common import inputs_of
+    from compactor.pipeline import WARM_UP_TEXT
+    from compactor.pipeline import warm_up as warm_pipelines
+
+    inputs_of({"text": WARM_UP_TEXT})  # the record readers `compress` imports on its first call
+    warm_pipelines(pipelines, plugins=plugins)
+
 __all__ = [
     "EXPAND_TOOL",
     "TIERS",
@@ -286,5 +300,6 @@ __all__ = [
     "resolved_pipeline",
     "search_provider",
     "unresolved_footnotes",
+    "warm_up",
     "with_overflow_retry",
 ]

@@ -13,8 +13,8 @@ import importlib.resources
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from compactor.components import Component, ScoreSet
@@ -119,6 +119,55 @@ def resolved_pipeline(name_or_path: str | os.PathLike[str], *, plugins: Iterable
 def _cached_pipeline(text: str, file: str, plugins: tuple[Any, ...],
                      environment: tuple[tuple[str, str], ...]) -> Pipeline:
     return Pipeline.from_string(text, file=file, plugins=plugins, env=dict(environment))
+
+
+#: What `warm_up` runs through each pipeline: a few English and Chinese sentences, so the language
+#: paths of both load (sentence splitters, stemmers, word tables).
+WARM_UP_TEXT = ("The migration failed at 02:14 because the disk was full. The team restored the backup, "
+                "and the service was back by 03:00.\n\n迁移在凌晨两点失败，因为磁盘已满。团队恢复了备份。")
+WARM_UP_QUERY = "Why did the migration fail?"
+
+
+def warm_up(pipelines: Iterable[str | os.PathLike[str]] = ("qa", "generic"), *,
+            plugins: Iterable[Any] = ()) -> None:
+    """Load now what the first call in a process would load on its way, so a server's first request
+    costs what every later one does: the token encoding (cl100k, about 140 ms), each pipeline by
+    name or file as `compress` resolves it (its components' modules and tables), and what their
+    steps load on first use, by running a few sentences through each (a message list through a
+    conversation pipeline, subtitles through a transcript one). A pipeline with a step that may
+    call a model (`llm: true`, a fallback step) is resolved but not run. Call it once at start-up,
+    before taking requests; later calls cost next to nothing."""
+    get_counter().count(WARM_UP_TEXT)
+    plugin_objects = tuple(plugins)
+    for name in pipelines:
+        pipeline = resolved_pipeline(name, plugins=plugin_objects)
+        if not _may_call_a_model(pipeline.spec):
+            pipeline.run(_warm_up_input(pipeline.spec), query=WARM_UP_QUERY)
+
+
+def _may_call_a_model(spec: PipelineSpec) -> bool:
+    return any(step.stage == "fallback" or params.get("llm") is True
+               for step in spec.steps for _, params in step.components)
+
+
+def _warm_up_input(spec: PipelineSpec) -> str | Source:
+    """The warm-up text, or a message list or subtitles when the pipeline's steps read those."""
+    names = {info.name for step in spec.steps for info, _ in step.components}
+    if "chunk.messages" in names or spec.output.get("format") == "messages":
+        from compactor.document import Message
+        from compactor.formats.messages import conversation_source
+
+        first, second = WARM_UP_TEXT.split("\n\n")
+        turns = [Message("user", WARM_UP_QUERY), Message("assistant", first), Message("user", second)]
+        return conversation_source(turns * 8)  # long enough for a ratio budget to hold a summary
+    if names & {"chunk.segments", "organize.hierarchical"}:
+        from compactor.document import TranscriptSegment
+        from compactor.formats.transcripts import transcript_source
+
+        lines = WARM_UP_TEXT.replace("\n\n", " ").split(". ")
+        return transcript_source([TranscriptSegment(i, 2.0 * i, 2.0 * i + 2, line)
+                                  for i, line in enumerate(lines)], "warm-up")
+    return WARM_UP_TEXT
 
 
 def _kind(value: Any) -> str:
@@ -289,7 +338,7 @@ class Pipeline:
         render_steps = [name for s, name, _ in self._instances if s.stage == "render"]
         declared = render_steps[-1].split(".", 1)[1] if render_steps else self.spec.output["format"]
         fmt = output_format or declared
-        run = Run(counter=self.counter, pipeline=self.spec.name,
+        run = Run(counter=self.counter.for_run(), pipeline=self.spec.name,
                   settings={"llm": merged_llm(self.spec.llm, llm), "store": self.spec.store,
                             "output": {**self.spec.output, "format": fmt},
                             "session": {"store": store, "id": session} if store is not None else {}})
@@ -491,7 +540,7 @@ class Pipeline:
         if stage == "render":
             if not isinstance(result, str):
                 raise StageError(f"{name} rendered {type(result).__name__}, not text")
-            return context.evolve(output=result, output_tokens=self.counter.count(result),
+            return context.evolve(output=result, output_tokens=run.counter.count(result),
                                   state=context.state.with_(RenderInfo(instance.budgeted)))
         if result is None:
             if stage == "fallback":
@@ -501,7 +550,7 @@ class Pipeline:
             raise StageError(f"{name} returned nothing for its {stage} step")
         if not isinstance(result, Context):
             raise StageError(f"{name} returned {type(result).__name__}, not a Context")
-        return with_counts(result, run, conversation_counts)
+        return with_counts(result, run, conversation_counts, before=context)
 
 
 class _StepEngine:
@@ -530,42 +579,62 @@ def _retry_state(snapshot: Context, retry: Mapping[str, Any]) -> BudgetShare:
                           fill=float(retry.get("fill", current.fill)))
 
 
+def _rebuilt(chunk: Chunk, labels: Mapping[str, Any], scores: Mapping[str, float],
+             features: Mapping[str, Mapping[str, Any]]) -> Chunk:
+    """`chunk` with new labels, scores and features, built directly (`dataclasses.replace` costs 3x
+    per chunk, and a step rebuilds every chunk)."""
+    return Chunk(chunk.id, chunk.source_id, chunk.index, chunk.start, chunk.end, chunk.text,
+                 chunk.tokens, chunk.lang, labels, scores, features, chunk.units)
+
+
 def _merge_labels(context: Context, labels: Mapping[str, Mapping[str, Any]]) -> Context:
     if not labels:
         return context
-    chunks = tuple(replace(c, labels=frozen_mapping({**c.labels, **labels[c.id]}))
-                   if c.id in labels else c for c in context.chunks)
+    chunks = tuple(c if (found := labels.get(c.id)) is None
+                   else _rebuilt(c, _frozen({**c.labels, **found}), c.scores, c.features)
+                   for c in context.chunks)
     return context.evolve(chunks=chunks)
+
+
+_EMPTY = frozen_mapping(None)
+
+
+def _frozen(values: dict[str, Any]) -> Mapping[str, Any]:
+    """`frozen_mapping` of a dict made here and held by nobody else: no second copy."""
+    return MappingProxyType(values) if values else _EMPTY
 
 
 def _merge_scores(context: Context, score_sets: Sequence[ScoreSet],
                   weights: Mapping[str, float]) -> Context:
     """Every score set's values (clamped to [0, 1]) and features on the chunks, and `combined` =
-    the weighted mean of every score a chunk has (weight 1 unless configured): one new chunk each."""
+    the weighted mean of every score a chunk has (weight 1 unless configured): one pass over the
+    chunks, one new chunk each."""
     if not score_sets:
         return _combine(context, weights) if weights else context
+    sets = [(found.name, found.values, found.features) for found in score_sets]
+    weight = weights.get
     chunks = []
     for chunk in context.chunks:
         scores = dict(chunk.scores)
         features = None
-        for found in score_sets:
-            value = found.values.get(chunk.id)
+        cid = chunk.id
+        for name, values, extras in sets:
+            value = values.get(cid)
             if value is None:
                 continue
-            scores[found.name] = min(1.0, max(0.0, float(value)))
-            extra = found.features.get(chunk.id)
+            value = float(value)
+            scores[name] = (1.0 if value > 1.0 else value) if value > 0.0 else 0.0  # NaN is 0
+            extra = extras.get(cid) if extras else None
             if extra is not None:
                 if features is None:
                     features = dict(chunk.features)
-                features[found.name] = frozen_mapping(extra)
-        parts = {k: v for k, v in scores.items() if k != "combined"}
-        total = sum(weights.get(k, 1.0) for k in parts)
+                features[name] = MappingProxyType(dict(extra)) if extra else _EMPTY
+        parts = [(v, weight(k, 1.0)) for k, v in scores.items() if k != "combined"]
+        total = sum([w for _, w in parts])
         if parts and total > 0:
-            scores["combined"] = sum(v * weights.get(k, 1.0) for k, v in parts.items()) / total
-        chunks.append(Chunk(chunk.id, chunk.source_id, chunk.index, chunk.start, chunk.end, chunk.text,
-                            chunk.tokens, chunk.lang, chunk.labels, frozen_mapping(scores),
-                            frozen_mapping(features) if features is not None else chunk.features,
-                            chunk.units))  # direct: dataclasses.replace costs 3x per chunk
+            scores["combined"] = sum([v * w for v, w in parts]) / total
+        chunks.append(_rebuilt(chunk, chunk.labels, _frozen(scores),
+                               _frozen(features) if features is not None else chunk.features))
     return context.evolve(chunks=tuple(chunks))
 
 

@@ -1,6 +1,8 @@
 """Plugin loading and the component registry: the one place that talks to entry points.
 
-Built-in plugins are the `compactor` distribution's own entry points and always load. Third-party
+Built-in plugins are the `compactor` distribution's own entry points and always load. They offer
+their components as `Deferred` declarations (name, stage, "module:Class"), so a module is imported
+only when a pipeline names one of its components (or a listing asks for every class). Third-party
 entry points in the `compactor` group load too, unless `COMPACTOR_DISABLE_PLUGIN_AUTOLOAD=1`;
 `COMPACTOR_LOAD_PLUGINS=a,b` restricts them to those entry-point names (and loads them even when
 autoload is off). `COMPACTOR_TRACE_HOOKS=1` prints every hook call to stderr, credentials redacted.
@@ -25,13 +27,14 @@ import sys
 import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pluggy
 
 from compactor import hookspecs
 from compactor.components import Component, validate_component_class
 from compactor.errors import ConfigError, PluginError
+from compactor.hookspecs import STAGE_HOOKS
 
 ENTRY_POINT_GROUP = "compactor"
 BUILTIN_DISTRIBUTION = "compactor"
@@ -41,21 +44,83 @@ OBSERVER_HOOKS = frozenset({"compactor_run", "compactor_step"})
 
 
 @dataclass(frozen=True, slots=True)
-class ComponentInfo:
-    """A registered component class and where it came from."""
+class Deferred:
+    """A component offered by name, stage and import path instead of its class: `register(Deferred(
+    "acme.shout", "clean", "acme_compactor.shout:Shout"))`. The registry imports the module the
+    first time the class is needed (a pipeline names the component, a listing shows its
+    parameters), so a process pays only for the components it uses; the class is then checked like
+    an offered class, and must carry the declared name and stage."""
 
-    cls: type[Component]
+    name: str
+    stage: str
+    #: "package.module:Class"
+    target: str
+
+    def problem(self) -> str | None:
+        """Why this declaration cannot name a component (None when it can)."""
+        if not isinstance(self.name, str) or "." not in self.name:
+            return f"{self.name!r} is not a dotted component name such as 'family.snake_case'"
+        if self.stage not in STAGE_HOOKS:
+            return f"{self.name}: stage {self.stage!r} is not one of {', '.join(STAGE_HOOKS)}"
+        module, _, attribute = str(self.target).partition(":")
+        if not module or not attribute:
+            return f"{self.name}: target {self.target!r} is not 'package.module:Class'"
+        return None
+
+    def names(self, cls: type) -> bool:
+        """Whether `cls` is the class this declaration points at (found without importing it)."""
+        return f"{cls.__module__}:{cls.__qualname__}" == self.target
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentInfo:
+    """A registered component (its class, or a `Deferred` declaration of it) and where it came from."""
+
+    offered: type[Component] | Deferred
     plugin: str
     distribution: str
     dist_version: str
+    _cls: type[Component] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def cls(self) -> type[Component]:
+        """The component class, imported on first use for a deferred one (PluginError when its
+        module fails to import or the class is not the declared component)."""
+        found = self._cls
+        if found is None:
+            offered = self.offered
+            if isinstance(offered, Deferred):
+                try:
+                    found = deferred_class(offered)
+                except Exception as exc:
+                    raise PluginError(f"component {offered.name!r} of plugin {self.plugin!r} from "
+                                      f"{self.distribution} {self.dist_version} could not be loaded: "
+                                      f"{type(exc).__name__}: {exc}") from exc
+            else:
+                found = offered
+            object.__setattr__(self, "_cls", found)
+        return found
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the class is at hand (offered as a class, or a deferred one already imported)."""
+        return self._cls is not None or not isinstance(self.offered, Deferred)
 
     @property
     def name(self) -> str:
-        return self.cls.name
+        return self.offered.name
 
     @property
     def stage(self) -> str:
-        return self.cls.stage
+        return self.offered.stage
+
+    def same_as(self, other: ComponentInfo) -> bool:
+        """Whether two offers are one class (one plugin reachable two ways), decided without
+        importing a deferred one."""
+        mine, theirs = self.offered, other.offered
+        if isinstance(mine, Deferred):
+            return mine.target == theirs.target if isinstance(theirs, Deferred) else mine.names(theirs)
+        return theirs.names(mine) if isinstance(theirs, Deferred) else mine is theirs
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +171,18 @@ class Registry:
         if broken:
             message += " Broken plugins: " + "; ".join(str(b) for b in broken) + "."
         return message + " Available: " + ", ".join(choices or sorted(self.components))
+
+    def load_all(self) -> None:
+        """Import every deferred component (what a listing of classes and parameters needs); one
+        that fails is moved from `components` to `broken`, as a plugin that fails to load is."""
+        for name, info in list(self.components.items()):
+            try:
+                info.cls  # noqa: B018 - imports the class
+            except PluginError as exc:
+                cause = exc.__cause__ or exc
+                self.components.pop(name)
+                self.broken.append(BrokenPlugin(info.plugin, info.distribution, info.dist_version,
+                                                f"{info.name}: {type(cause).__name__}: {cause}"))
 
 
 def _env_flag(env: Mapping[str, str], key: str) -> bool:
@@ -259,17 +336,49 @@ def _own_version() -> str:
 
 def _offer(
     pm: pluggy.PluginManager, offered: list[ComponentInfo], plugin: str, dist: str, version: str,
-    cls: type[Component],
+    cls: type[Component] | Deferred,
 ) -> None:
-    """The `register` callable plugins receive: validates, then records the class. A component is
-    registered with each step that uses it, so its observer hooks must be wrappers too."""
-    problem = validate_component_class(cls)
+    """The `register` callable plugins receive: validates, then records the class (a `Deferred`
+    declaration is checked as far as it goes without importing, the class when it is imported)."""
+    problem = cls.problem() if isinstance(cls, Deferred) else _class_problem(pm, cls, plugin)
     if problem:
         raise PluginError(problem)
-    plain = plain_observer_hooks(pm, cls) if isinstance(cls, type) else []
+    offered.append(ComponentInfo(cls, plugin, dist, version))
+
+
+def _class_problem(pm: pluggy.PluginManager, cls: Any, plugin: str) -> str | None:
+    """Why `cls` is not a usable component class. A component is registered with each step that
+    uses it, so its observer hooks must be wrappers too (a ConfigError, as for a plugin)."""
+    problem = validate_component_class(cls)
+    if problem:
+        return problem
+    plain = plain_observer_hooks(pm, cls)
     if plain:
         raise ConfigError(plain_observer_message(plugin, plain[0]) + f" (component {cls.name!r})")
-    offered.append(ComponentInfo(cls, plugin, dist, version))
+    return None
+
+
+@functools.cache
+def deferred_class(declared: Deferred) -> type[Component]:
+    """The class a `Deferred` names, imported and checked once per process: it must be a usable
+    component carrying the declared name and stage."""
+    module, _, attribute = declared.target.partition(":")
+    found: Any = importlib.import_module(module)
+    for part in attribute.split("."):
+        found = getattr(found, part)
+    problem = _class_problem(_hook_parser(), found, declared.name)
+    if problem:
+        raise PluginError(problem)
+    if (found.name, found.stage) != (declared.name, declared.stage):
+        raise PluginError(f"{declared.target} is {found.name!r} ({found.stage}), declared as "
+                          f"{declared.name!r} ({declared.stage})")
+    return cast("type[Component]", found)
+
+
+@functools.cache
+def _hook_parser() -> pluggy.PluginManager:
+    """A plugin manager of the project's hooks, for reading hookimpl markers outside a registry."""
+    return pluggy.PluginManager(hookspecs.PROJECT)
 
 
 def _collect_components(registry: Registry, origins: dict[str, tuple[str, str]]) -> None:
@@ -297,7 +406,7 @@ def _claim(registry: Registry, info: ComponentInfo) -> None:
     the later plugin is also listed as broken so `--list-plugins` shows the clash."""
     existing = registry.components.get(info.name)
     claimants = registry.contested.get(info.name, [])
-    if any(c.cls is info.cls for c in ([existing] if existing else []) + claimants):
+    if any(c.same_as(info) for c in ([existing] if existing else []) + claimants):
         return
     if existing is None and not claimants:
         registry.components[info.name] = info
