@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import difflib
 import os
@@ -39,6 +38,8 @@ def refuse_unknown(face: str, given: Mapping[str, Any], allowed: Collection[str]
 async def in_worker(function: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
     """`function(*args, **kwargs)` in a worker thread of the loop's default executor: compaction is
     CPU work (and an LLM rewrite a blocking call), so an async caller's other tasks keep running."""
+    import asyncio  # only async callers pay for importing it
+
     return await asyncio.to_thread(function, *args, **kwargs)  # the context (contextvars) goes along
 
 

@@ -85,7 +85,7 @@ def _with_strategy(spec: PipelineSpec, registry: Registry, strategy: str) -> Pip
     if _short(info) == strategy:
         return spec
     target = next((c for c in registry.components.values()
-                   if Knowledge in c.cls.provides and _short(c) == strategy), None)
+                   if c.stage == "compress" and _short(c) == strategy and Knowledge in c.cls.provides), None)
     if target is None:
         raise ConfigError(Problem(f"no component provides the knowledge of strategy {strategy!r}",
                                   spec.file, field="steps"))

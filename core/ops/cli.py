@@ -492,6 +492,7 @@ def list_plugins() -> str:
     """One block per component: name, stage, version, distribution, parameters (with their bounds),
     then what each declared parameter is for."""
     registry = build_registry()
+    registry.load_all()  # a listing shows classes and parameters: a module that fails shows as broken
     lines = []
     for name in sorted(registry.components):
         info = registry.components[name]
