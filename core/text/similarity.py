@@ -589,7 +589,9 @@ class JaccardIndex:
     (`shingle_counts` of every set that will be added or looked up) puts rare shingles first, so
     posting lists stay short, and tells which shingles only one set holds: those are skipped, so a
     distinct paragraph, whose prefix is all its own shingles, is neither looked up nor indexed.
-    Without `frequency` shingles go by value. `comparisons` counts the Jaccard computations.
+    Without `frequency` shingles go by value. A caller that has each set's prefix in that order
+    (`ShingleTable.prefixes`) passes it to `add_unless_near`, `near` and `add`, and needs no
+    `frequency`. `comparisons` counts the Jaccard computations.
 
     Bounds: on templated text (one sentence with names and numbers varied) every shingle is
     common, so the posting lists grow with the input and each lookup would meet, and compare,

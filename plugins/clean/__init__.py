@@ -264,6 +264,8 @@ class DedupeCleaner(Component):
     lookup is bounded, so templated text (thousands of paragraphs of one sentence with names and
     numbers varied) stays linear; real text never reaches the bounds and is deduplicated exactly.
     The report's `capped` counts lookups that hit a bound (there a near duplicate may be kept).
+    Words, exact repeats and shingle counts are read for all paragraphs at once (`_ParagraphKeys`,
+    `textsim.ShingleTable`); only paragraphs whose prefix holds a shared shingle reach the index.
     """
 
     name = "clean.dedupe"
