@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 
 import regex
@@ -11,7 +12,7 @@ from compactor.document import Chunk, Context, Source, chunk_id
 from compactor.formats.messages import message_chunks
 from compactor.hookspecs import hookimpl
 from compactor.run import Run
-from compactor.text.language import detect_lang
+from compactor.text.language import ANY_CJK_RANGES, Lang, detect_lang, has_cjk
 from compactor.text.sentences import split_sentences
 from compactor.text.spans import pack_units, token_windows, unit_chunks
 from compactor.text.tokens import TokenCounter
@@ -43,10 +44,48 @@ Cut = list[tuple[int, int, int, tuple[int, int] | None]]  # start, end, tokens, 
 
 def source_chunks(source: Source, cut: Cut) -> list[Chunk]:
     """The chunks of one source from cuts of its text."""
-    text = source.text
-    return [Chunk(id=chunk_id(source.id, index), source_id=source.id, index=index, start=start, end=end,
-                  text=text[start:end], tokens=tokens, lang=detect_lang(text[start:end]), units=units)
-            for index, (start, end, tokens, units) in enumerate(cut)]
+    text, sid = source.text, source.id
+    langs = span_langs(text, [(start, end) for start, end, _, _ in cut])
+    return [Chunk(id=chunk_id(sid, index), source_id=sid, index=index, start=start, end=end,
+                  text=text[start:end], tokens=tokens, lang=lang, units=units)
+            for index, ((start, end, tokens, units), lang) in enumerate(zip(cut, langs, strict=True))]
+
+
+def _class_ranges(body: str) -> list[tuple[int, int]]:
+    """The code point ranges of a character class body made of characters and `a-b` ranges."""
+    ranges, i = [], 0
+    while i < len(body):
+        if i + 2 < len(body) and body[i + 1] == "-":
+            ranges.append((ord(body[i]), ord(body[i + 2])))
+            i += 3
+        else:
+            ranges.append((ord(body[i]), ord(body[i])))
+            i += 1
+    return ranges
+
+
+_ARRAY_MIN_SPANS = 32  # spans from which `span_langs` looks for CJK characters in one pass
+#: `has_cjk`'s characters as sorted bounds: a code point is CJK when it sorts after an odd count.
+_CJK_BOUNDS = [bound for lo, hi in sorted(_class_ranges(ANY_CJK_RANGES)) for bound in (lo, hi + 1)]
+
+
+def span_langs(text: str, spans: list[tuple[int, int]]) -> list[Lang]:
+    """`detect_lang` of each span of `text`. A span without a CJK character is English by
+    detect_lang's rule (no CJK letters among its letters), so one array pass over the text finds
+    the spans that need the call: in English text, nearly none."""
+    if not has_cjk(text):
+        return ["en"] * len(spans)
+    if len(spans) < _ARRAY_MIN_SPANS:
+        return [detect_lang(text[start:end]) for start, end in spans]
+    import numpy as np
+
+    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    high = np.flatnonzero(points >= _CJK_BOUNDS[0])
+    cjk = high[np.searchsorted(_CJK_BOUNDS, points[high], side="right") % 2 == 1]
+    bounds = np.asarray(spans, dtype=np.int64)
+    holds = (np.searchsorted(cjk, bounds[:, 0]) < np.searchsorted(cjk, bounds[:, 1])).tolist()
+    return [detect_lang(text[start:end]) if held else "en"
+            for (start, end), held in zip(spans, holds, strict=True)]
 
 
 def paragraph_cut(text: str, counter: TokenCounter, size: int, overlap: int = 0) -> Cut:
@@ -106,32 +145,70 @@ class SentenceChunker(_Overlapping):
 
 _HEADING_MAX = 40  # characters of a heading line
 _HEADING_END = regex.compile(r"[.!?;:。！？；：…]\W*$")
+_BLANKS_BEFORE = regex.compile(r"[ \t]*", regex.REVERSE)
+_BLANK_LINE_PAIR = regex.compile(r"\n[ \t]*(?=\n)")  # a newline, blanks, then another newline
+_BREAK_LOOKBACK = 8  # characters before a sentence searched for a paragraph break
 
 
 def joined_headings(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sentence spans with a heading line joined to the sentence after it: a short first line of a
-    paragraph without end punctuation, followed by a single newline (a title over its text). Punkt
-    already keeps such a line with its sentence in English; Chinese rules end a sentence at every
-    newline, which left the title alone (a chunk that scores on its name but says nothing) and its
-    paragraph's first sentence without the subject it is about."""
+    """Sentence spans (in text order) with a heading line joined to the sentence after it: a short
+    first line of a paragraph without end punctuation, followed by a single newline (a title over
+    its text). Punkt already keeps such a line with its sentence in English; Chinese rules end a
+    sentence at every newline, which left the title alone (a chunk that scores on its name but says
+    nothing) and its paragraph's first sentence without the subject it is about.
+
+    Only sentences starting just after a paragraph break (or the text's leading whitespace) can be
+    headings, so one pass over the blank lines finds the few worth checking."""
+    if len(spans) < 2:
+        return list(spans)
+    first_word = len(text) - len(text.lstrip())
+    heads = [k for k in _after_breaks(text, spans, first_word)
+             if _is_heading(text, spans[k][0], spans[k][1], first_word)]
     out: list[tuple[int, int]] = []
-    i = 0
-    while i < len(spans):
-        start, end = spans[i]
-        if i + 1 < len(spans):
-            line = text[start:end]
-            body = line.strip()
-            before = text[:start].rstrip(" \t")
-            if (body and len(body) <= _HEADING_MAX and line.rstrip(" \t").endswith("\n")
-                    and line.count("\n") == 1
-                    and (not before.strip() or _PARAGRAPH_BREAK.search(before[-8:]) is not None)
-                    and not _HEADING_END.search(body)):
-                out.append((start, spans[i + 1][1]))
-                i += 2
-                continue
-        out.append((start, end))
-        i += 1
+    done = 0  # spans before this index are in `out`
+    for k in heads:
+        if k < done:  # the sentence under a heading just joined: never a heading itself
+            continue
+        out.extend(spans[done:k])
+        out.append((spans[k][0], spans[k + 1][1]))
+        done = k + 2
+    out.extend(spans[done:])
     return out
+
+
+def _after_breaks(text: str, spans: list[tuple[int, int]], first_word: int) -> list[int]:
+    """Indexes (sorted, never the last) of the spans whose start, blanks before it set aside, is at
+    most `first_word` or has a blank line in the `_BREAK_LOOKBACK` characters before it."""
+    starts = [s for s, _ in spans]
+    windows = [(0, first_word)]  # where the start (before its blanks) may be
+    windows += [(m.end() + 1, m.start() + _BREAK_LOOKBACK) for m in _BLANK_LINE_PAIR.finditer(text)]
+    found: set[int] = set()
+    last = len(spans) - 1
+    for lo, hi in windows:
+        k = bisect_left(starts, lo)
+        while k < last and _blank_start(text, starts[k]) <= hi:
+            found.add(k)
+            k += 1
+    return sorted(found)
+
+
+def _blank_start(text: str, start: int) -> int:
+    """Where the run of spaces and tabs ending at `start` begins."""
+    return _BLANKS_BEFORE.match(text, 0, start).start()  # type: ignore[union-attr]
+
+
+def _is_heading(text: str, start: int, end: int, first_word: int) -> bool:
+    """Whether `text[start:end]` is a heading line: one short line ending in a newline, first in
+    its paragraph (or in the text), without end punctuation."""
+    line = text[start:end]
+    body = line.strip()
+    if not body or len(body) > _HEADING_MAX or line.count("\n") != 1:
+        return False
+    if not line.rstrip(" \t").endswith("\n") or _HEADING_END.search(body):
+        return False
+    begin = _blank_start(text, start)
+    return begin <= first_word or _PARAGRAPH_BREAK.search(
+        text, max(0, begin - _BREAK_LOOKBACK), begin) is not None
 
 
 def paragraph_spans(text: str) -> list[tuple[int, int]]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import operator
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
@@ -358,15 +359,63 @@ _ZH_END_RE = regex.compile(
     """,
     regex.VERBOSE,
 )
+#: Code point ranges holding every character of `CJK_CLASS` (a test checks it).
+_CJK_BLOCKS = ((0x1100, 0x11FF), (0x2E80, 0xD7FF), (0xF900, 0xFFEF), (0x16FE0, 0x10FFFF))
+_ZH_TERMINATORS = "。｡！？；…‼⁇⁈⁉"  # what the first branch of `_ZH_END_RE` starts with
+#: Backwards from a CJK character: the ASCII !?;. run (group "run") before the spaces, quotes and
+#: closers in front of it, the only place the ASCII branches of `_ZH_END_RE` can start.
+_ASCII_END_BEFORE = regex.compile(rf"""(?P<run>[!?;.]+)[\s"'{_ZH_CLOSERS}]*""", regex.REVERSE)
+_SPARSE_MIN = 4_096  # characters from which English text looks for Chinese sentence ends by hints
 _BLANK_LINE_RE = re.compile(r"\n[^\S\n]*\n\s*")
 _NEWLINE_RE = re.compile(r"\n\s*")
 
 
-def _zh_starts(text: str) -> list[int]:
-    """Ends of Chinese sentences (including closers and whitespace) as next-sentence starts."""
+def _zh_end_matches(text: str, sparse: bool) -> Iterator[regex.Match[str]]:
+    """`_ZH_END_RE.finditer(text)`. With `sparse` (text that is mostly not Chinese) the pattern is
+    tried only where `_zh_end_hints` says a match can start, left to right past the last match as
+    finditer goes: the same matches, without running the slow pattern over the whole text."""
+    if not sparse:
+        yield from _ZH_END_RE.finditer(text)
+        return
+    last = 0
+    for start in _zh_end_hints(text):
+        if start < last:
+            continue
+        match = _ZH_END_RE.match(text, start)
+        if match is not None:
+            last = match.end()
+            yield match
+
+
+def _zh_end_hints(text: str) -> list[int]:
+    """Sorted offsets that include every start of a `_ZH_END_RE` match: the CJK terminators, and
+    the ASCII !?;. runs that reach a CJK character over spaces, quotes and closers. One array pass
+    finds the characters from the CJK blocks; in mostly English text they are few."""
+    import numpy as np
+
+    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    high = np.flatnonzero(points >= _CJK_BLOCKS[0][0])
+    values = points[high]
+    hints = {at for at in high.tolist() if text[at] in _ZH_TERMINATORS}
+    inside = np.zeros(len(high), dtype=bool)
+    for lo, hi in _CJK_BLOCKS:
+        inside |= (values >= lo) & (values <= hi)
+    blocks = high[inside]
+    first = np.ones(len(blocks), dtype=bool)  # the first character of each CJK stretch
+    first[1:] = blocks[1:] != blocks[:-1] + 1
+    for at in blocks[first].tolist():
+        found = _ASCII_END_BEFORE.match(text, 0, at)
+        if found is not None:
+            hints.update(range(found.start("run"), found.end("run")))
+    return sorted(hints)
+
+
+def _zh_starts(text: str, sparse: bool = False) -> list[int]:
+    """Ends of Chinese sentences (including closers and whitespace) as next-sentence starts;
+    `sparse` says the text is mostly not Chinese (a faster search, the same result)."""
     starts: list[int] = []
     prev = 0
-    for m in _ZH_END_RE.finditer(text):
+    for m in _zh_end_matches(text, sparse):
         end = m.end()
         close = m.group("close")
         if close and ('"' in close or "'" in close):
@@ -418,7 +467,7 @@ def split_sentences(
     if lang != "zh":
         starts += _punkt_starts_nltk(text) if exact else _punkt_starts_fast(text, cjk)
     if cjk:  # 。！？ end sentences even in mostly-English text
-        starts += _zh_starts(text)
+        starts += _zh_starts(text, sparse=lang == "en" and len(text) >= _SPARSE_MIN)
     if lang == "en":
         starts += [m.end() for m in _BLANK_LINE_RE.finditer(text)]
     else:

@@ -6,14 +6,17 @@ a newline, or where punctuation follows a letter or digit (Chinese 。，include
 boundary in any string containing it ("safe"). So the count of any span is: a short encode of the
 edge before its first safe cut, plus the token-index difference between its first and last safe cut
 in the whole-text encoding, plus a short encode of the edge after its last safe cut (`SpanCounter`).
+Chunkers count all their units at once (`_PieceCounter`): token indices of every cut in a few array
+operations; a text whose cuts are mostly unsafe (Chinese sentence ends) has each unit encoded alone.
 """
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left
 from collections.abc import Sequence
-from itertools import accumulate
-from typing import cast
+from itertools import accumulate, islice
+from typing import Any, cast
 
 import regex
 
@@ -35,6 +38,8 @@ GAP_TOKENS = 3
 _SAFE = r"(?<=\S)(?= )|(?<=\n)(?=\S)|(?<=[\p{L}\p{N}])(?=[^\s\p{L}\p{N}\p{M}'’])"
 _SAFE_FORWARD = regex.compile(_SAFE)
 _SAFE_BACKWARD = regex.compile(_SAFE, regex.REVERSE)
+_CHECKPOINT_STEP = 256  # characters between the byte offsets `SpanCounter.byte_at` starts from
+_ARRAY_MIN_TOKENS = 256  # tokens from which `SpanCounter.tokens_at` works on arrays
 _EDGE_SCAN = 512  # characters searched for a safe cut at each edge before encoding the span whole
 
 
@@ -53,26 +58,71 @@ class SpanCounter:
         self.counter = counter
         self.encoding = counter.encoding
         self.tokens = counter.encode(text)
-        self.offsets = byte_offsets(token_table(self.encoding), self.tokens)
         self.ascii = text.isascii()
-        self._step = 256
-        if not self.ascii:
-            step = self._step
-            self._checkpoints = list(accumulate(
-                (len(text[i:i + step].encode("utf-8", "surrogatepass"))
-                 for i in range(0, len(text), step)), initial=0))
+        self._offsets: list[int] | None = None
+        self._checkpoints: list[int] | None = None  # byte offset of every _CHECKPOINT_STEP-th character
+        self._starts: Any = None  # numpy: the byte offset where each token starts, then the total
+        self._wide: Any = None  # numpy: non-ASCII characters' offsets, extra UTF-8 bytes before each
+
+    @property
+    def offsets(self) -> list[int]:
+        """Byte offset where each token starts, plus the total length at the end."""
+        if self._offsets is None:
+            self._offsets = byte_offsets(token_table(self.encoding), self.tokens)
+        return self._offsets
 
     def byte_at(self, char: int) -> int:
         """Byte offset of a character offset."""
         if self.ascii:
             return char
-        base = char - char % self._step
-        return self._checkpoints[base // self._step] + len(
-            self.text[base:char].encode("utf-8", "surrogatepass"))
+        if self._wide is not None:  # `tokens_at` has run
+            wide, extra = self._wide
+            return char + int(extra[wide.searchsorted(char)])
+        step = _CHECKPOINT_STEP
+        checkpoints = self._checkpoints
+        if checkpoints is None:
+            text = self.text
+            checkpoints = self._checkpoints = list(accumulate(
+                (len(text[i:i + step].encode("utf-8", "surrogatepass"))
+                 for i in range(0, len(text), step)), initial=0))
+        base = char - char % step
+        return checkpoints[base // step] + len(self.text[base:char].encode("utf-8", "surrogatepass"))
 
     def token_at(self, char: int) -> int:
         """Index of the first token starting at or after a character offset."""
+        if self._offsets is None and self._starts is not None:  # `tokens_at` has run: no list needed
+            return int(self._starts.searchsorted(self.byte_at(char)))
         return bisect_left(self.offsets, self.byte_at(char))
+
+    def tokens_at(self, chars: Sequence[int]) -> list[int]:
+        """`token_at` of each of many character offsets: in a few array operations for a long
+        text, whose offsets list would cost a Python step per token."""
+        if len(self.tokens) < _ARRAY_MIN_TOKENS or self._offsets is not None:
+            return [self.token_at(char) for char in chars]
+        import numpy as np
+
+        if self._starts is None:
+            self._starts = _token_starts(token_table(self.encoding), self.tokens)
+        found = np.searchsorted(self._starts, self._bytes_at(chars))
+        return cast(list[int], found.tolist())
+
+    def _bytes_at(self, chars: Sequence[int]) -> Any:
+        """Byte offsets of character offsets (a numpy array): each character before an offset
+        that is not ASCII adds 1-3 bytes to it."""
+        import numpy as np
+
+        at = np.asarray(chars, dtype=np.int64)
+        if self.ascii:
+            return at
+        if self._wide is None:
+            points = np.frombuffer(self.text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+            wide = np.flatnonzero(points >= 0x80)
+            extra = np.zeros(len(wide) + 1, dtype=np.int64)
+            np.cumsum(1 + (points[wide] >= 0x800) + (points[wide] >= 0x10000).astype(np.int64),
+                      out=extra[1:])
+            self._wide = (wide, extra)
+        wide, extra = self._wide
+        return at + extra[np.searchsorted(wide, at)]
 
     def _encode_count(self, start: int, end: int) -> int:
         return len(self.counter.encode(self.text[start:end])) if end > start else 0
@@ -141,6 +191,26 @@ def byte_offsets(table: Sequence[bytes], tokens: Sequence[int]) -> list[int]:
 
 
 _LENGTHS: dict[int, list[int]] = {}
+
+
+def _token_starts(table: Sequence[bytes], tokens: Sequence[int]) -> Any:
+    """`byte_offsets` as a numpy array, from a per-encoding array of token lengths (a gather and
+    a cumulative sum instead of a Python step per token)."""
+    import numpy as np
+
+    lengths = _LENGTH_ARRAYS.get(id(table))
+    if lengths is None or len(lengths) != len(table):
+        if isinstance(table, _DecodingTable):
+            return np.asarray(byte_offsets(table, tokens), dtype=np.int64)
+        lengths = np.fromiter(map(len, table), dtype=np.int64, count=len(table))
+        _LENGTH_ARRAYS[id(table)] = lengths
+    ids = array("I", tokens)
+    starts = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(lengths[np.frombuffer(ids, dtype=f"u{ids.itemsize}")], out=starts[1:])
+    return starts
+
+
+_LENGTH_ARRAYS: dict[int, Any] = {}
 
 
 def token_windows(text: str, counter: TokenCounter, size: int, overlap: int = 0) -> list[Span]:
@@ -257,23 +327,90 @@ def _exact(text: str, spans: list[Span], counter: SpanCounter, size: int) -> lis
 
 def safe_pieces(text: str, spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     """Move each cut between units to a safe place inside the whitespace around it, if any."""
+    return _safe_pieces(text, spans)[0]
+
+
+def _safe_pieces(text: str, spans: Sequence[tuple[int, int]]) -> tuple[list[tuple[int, int]], list[bool]]:
+    """`safe_pieces`, and whether each piece starts at a safe cut, then True for the text's end."""
     out: list[tuple[int, int]] = []
+    safe = [True]
+    if not spans:
+        return out, safe
+    length = len(text)
+    safe_at = _SAFE_FORWARD.match
     start = 0
-    for i, (_, end) in enumerate(spans):
-        if i == len(spans) - 1:
-            out.append((start, len(text)))
-            break
-        cut = end
-        if not is_safe_cut(text, cut):
-            ws = cut
+    for _, end in islice(spans, len(spans) - 1):
+        if end >= start + 2 and text[end - 1] == " " and not text[end - 2].isspace():
+            cut, ok = end - 1, True  # "word. |Next": the usual case, safe before the space
+        else:
+            cut, ok = end, end <= 0 or end >= length or safe_at(text, end) is not None
+        if not ok:
+            ws = end
             while ws > start + 1 and text[ws - 1].isspace():
                 ws -= 1
-            if ws < cut and is_safe_cut(text, ws):
-                cut = ws
+            if ws < end and safe_at(text, ws) is not None:
+                cut, ok = ws, True
         if cut > start:
             out.append((start, cut))
+            safe.append(ok)
             start = cut
-    return out
+    out.append((start, length))
+    safe.append(True)
+    return out, safe
+
+
+def _mostly_unsafe(safe: Sequence[bool]) -> bool:
+    """Whether most cuts between pieces are unsafe (Chinese sentences: 。 then a letter is inside
+    one pre-token). Counting from a whole-text encode then needs two short encodes and two
+    pattern searches at nearly every cut, which costs more than encoding each piece alone."""
+    return 2 * (len(safe) - sum(safe)) > len(safe)
+
+
+class _PieceCounter:
+    """Exact counts of runs of consecutive pieces of a tiling: the difference of token indices
+    in the whole-text encode between safe cuts, else the run encoded alone (mostly unsafe cuts)
+    or `SpanCounter.count` (its short encodes at the edges)."""
+
+    def __init__(self, text: str, units: Sequence[tuple[int, int]], counter: TokenCounter) -> None:
+        self.text = text
+        self.pieces, self.safe = _safe_pieces(text, units)
+        self.counter = counter
+        self.alone = _mostly_unsafe(self.safe)
+        self._spans: SpanCounter | None = None
+        self._bounds: list[int] | None = None
+
+    @property
+    def spans(self) -> SpanCounter:
+        if self._spans is None:
+            self._spans = SpanCounter(self.text, self.counter)
+        return self._spans
+
+    @property
+    def bounds(self) -> list[int]:
+        """Token index in the whole-text encode where each piece starts, then the token total."""
+        if self._bounds is None:
+            spans = self.spans
+            self._bounds = [*spans.tokens_at([s for s, _ in self.pieces]), len(spans.tokens)]
+        return self._bounds
+
+    def count(self, i: int, j: int) -> int:
+        """Tokens of pieces i..j-1 on their own."""
+        if self.safe[i] and self.safe[j]:
+            bounds = self.bounds
+            return bounds[j] - bounds[i]
+        start, end = self.pieces[i][0], self.pieces[j - 1][1]
+        if self.alone:
+            return self.counter.count(self.text[start:end])
+        return self.spans.count(start, end)
+
+    def each(self) -> list[int]:
+        """The count of every piece."""
+        text, pieces = self.text, self.pieces
+        if self.alone:
+            return self.counter.count_many([text[s:e] for s, e in pieces])
+        bounds, safe, spans = self.bounds, self.safe, self.spans
+        return [bounds[i + 1] - bounds[i] if safe[i] and safe[i + 1] else spans.count(start, end)
+                for i, (start, end) in enumerate(pieces)]
 
 
 def pack_units(
@@ -286,12 +423,12 @@ def pack_units(
     """Greedily pack consecutive units (sentences, paragraphs) into chunks of at most `size`
     tokens; a unit larger than `size` is cut into token windows. Returns
     (start, end, tokens, first unit, last unit + 1) per chunk, with exact token counts."""
-    pieces = safe_pieces(text, units)
-    if not pieces:
+    if not units:
         return []
-    spans = SpanCounter(text, counter)
-    bounds = [spans.token_at(s) for s, _ in pieces] + [len(spans.tokens)]
+    counts = _PieceCounter(text, units, counter)
+    pieces, bounds = counts.pieces, counts.bounds
     estimate = [max(bounds[i + 1] - bounds[i], 1) for i in range(len(pieces))]
+    exact = counts.count
     chunks: list[tuple[int, int, int, int, int]] = []
     i = 0
     while i < len(pieces):
@@ -300,17 +437,17 @@ def pack_units(
         while j < len(pieces) and total + estimate[j] <= size:
             total += estimate[j]
             j += 1
-        exact = spans.count(start, pieces[j - 1][1])
-        while exact > size and j - 1 > i:  # the estimate was a token short somewhere
+        count = exact(i, j)
+        while count > size and j - 1 > i:  # the estimate was a token short somewhere
             j -= 1
-            exact = spans.count(start, pieces[j - 1][1])
-        if exact > size:  # one unit larger than a chunk: cut it into token windows
+            count = exact(i, j)
+        if count > size:  # one unit larger than a chunk: cut it into token windows
             end = pieces[i][1]
             for ws, we, wt in token_windows(text[start:end], counter, size, overlap):
                 chunks.append((start + ws, start + we, wt, i, i + 1))
             i += 1
             continue
-        chunks.append((start, pieces[j - 1][1], exact, i, j))
+        chunks.append((start, pieces[j - 1][1], count, i, j))
         if j >= len(pieces):
             break
         back, carried = j, 0
@@ -327,15 +464,15 @@ def unit_chunks(
     counter: TokenCounter,
     size: int,
 ) -> list[tuple[int, int, int, int, int]]:
-    """One chunk per unit (sentence), with exact token counts from one encode of the text; a unit
-    larger than `size` is cut into token windows. Same tuples as `pack_units`."""
-    pieces = safe_pieces(text, units)
-    if not pieces:
+    """One chunk per unit (sentence), with exact token counts from one encode of the text (or of
+    each unit, when most cuts between units are unsafe); a unit larger than `size` is cut into
+    token windows. Same tuples as `pack_units`."""
+    if not units:
         return []
-    spans = SpanCounter(text, counter)
+    pieces_counter = _PieceCounter(text, units, counter)
+    pieces, counts = pieces_counter.pieces, pieces_counter.each()
     chunks: list[tuple[int, int, int, int, int]] = []
-    for i, (start, end) in enumerate(pieces):
-        tokens = spans.count(start, end)
+    for i, ((start, end), tokens) in enumerate(zip(pieces, counts, strict=True)):
         if tokens <= size:
             chunks.append((start, end, tokens, i, i + 1))
             continue

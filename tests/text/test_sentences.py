@@ -232,6 +232,44 @@ def test_chinese_opening_ascii_quote_goes_to_next_sentence() -> None:
     assert sents('你好。"再见"他说。', "zh") == ["你好。", '"再见"他说。']
 
 
+def test_cjk_blocks_hold_every_cjk_letter() -> None:
+    """The sparse search for Chinese sentence ends looks for CJK letters in `_CJK_BLOCKS`."""
+    import regex
+
+    every = "".join(map(chr, range(0xD800))) + "".join(map(chr, range(0xE000, 0x110000)))
+    blocks = "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in sentences_mod._CJK_BLOCKS)
+    outside = regex.compile(f"(?V1)[[{sentences_mod._CJK_CLASS}]--[{blocks}]]")
+    assert regex.search(f"[{sentences_mod._CJK_CLASS}]", every)
+    assert outside.search(every) is None
+    narrower = regex.compile(f"(?V1)[[{sentences_mod._CJK_CLASS}]--[\\u1100-\\uffef]]")
+    assert narrower.search(every) is not None  # the check can find a letter outside
+
+
+_ZH_PIECES = [
+    "!", "?", ";", ".", "...", "…", "。", "！", "？", "；", "」", "』", "”", "’", ")", "]", "）",
+    '"', "'", " ", "\n", "\u3000", "\x1c", "中", "文", "a", "bc", "Dr.", "‼", "ｱ", "가", "々",
+    "\U00020000", "\u2e80", "—", "“", "㐀", "\U0001b000", "3",
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_ZH_PIECES), max_size=40).map("".join))
+def test_sparse_chinese_ends_match_the_full_scan(text: str) -> None:
+    """Mostly English text tries the Chinese end pattern only at hints: the same ends as a scan."""
+    assert sentences_mod._zh_starts(text, sparse=True) == sentences_mod._zh_starts(text)
+
+
+def test_long_english_text_with_some_chinese_finds_the_same_chinese_ends() -> None:
+    text = ("The report is done, and the reviewers agreed with every one of its findings. "
+            "他说：“好。”Then we left! 结果呢？ Fine... Mr. Lee said so; nobody argued with him. ") * 60
+    assert len(text) >= sentences_mod._SPARSE_MIN and detect_lang(text) == "en"
+    spans = split_sentences(text)
+    assert_tiles(text, spans)
+    starts = sentences_mod._zh_starts(text)
+    assert sentences_mod._zh_starts(text, sparse=True) == starts
+    assert set(starts) - {len(text)} <= {s for s, _ in spans}
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
