@@ -11,6 +11,10 @@ per chunk on real text, instead of all 26 (one alternation of the patterns is no
 `regex` module scans it slower than the patterns one by one, and it loses matches that overlap, such
 as "in progress" and "progress"). Levels only need to know whether a pattern matches (`search`).
 The labels are the ones a scan with every pattern gives.
+
+The steps label all chunks at once (`classify_texts`, `scan_texts`): a call per pattern per chunk
+costs more than its scan, so each pattern runs once over the chunks joined, and only where a match
+can start (`compactor.text.prefilter.Scanner`). The labels are those of one chunk at a time.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,9 +43,9 @@ from compactor.kit import usable as usable
 from compactor.kit import usable_chunks as usable_chunks
 from compactor.run import Run
 from compactor.text import instructions
-from compactor.text.confusables import skeleton
+from compactor.text.confusables import has_special, skeleton
 from compactor.text.language import detect_lang
-from compactor.text.prefilter import Prefilter
+from compactor.text.prefilter import Prefilter, Scanner
 from compactor.text.sentences import split_sentences
 
 CONTENT_TYPES = ("technical_specification", "code_implementation", "error_information",
@@ -61,6 +65,7 @@ class Tables:
     # add them up: per type its literals, then its patterns; then levels; then actionability
     scans: tuple[tuple[str, str, Any, float], ...]
     prefilter: Prefilter  # over `scans`: which of them can match a text
+    scanner: Scanner  # over `scans`: their matches in many texts at once
 
 
 _HAN = regex.compile(r"\p{Han}")
@@ -96,57 +101,124 @@ def load_tables(path: str | None = None) -> Tables:
                   *(("pattern", name, p, w) for p, w in types[name]))),
              *(("level", name, p, 0.0) for name, p in levels.items()),
              *(("action", name, p, 0.0) for name, p in action.items()))
+    items = [scan[2] for scan in scans]
     return Tables(float(data.get("min_score", 1.0)), types, literals, levels, action, scans,
-                  Prefilter([scan[2] for scan in scans]))
+                  Prefilter(items), Scanner(items))
 
 
 def _literal(pattern: str) -> bool:
     return regex.escape(pattern, literal_spaces=True) == pattern
 
 
+class _Tally:
+    """What a text's scans found: per type its weighted total and matched words (in table order),
+    the technical levels seen, and the number of actionable and historical matches."""
+
+    __slots__ = ("actions", "levels", "totals")
+
+    def __init__(self) -> None:
+        self.totals: dict[str, tuple[list[float], list[str]]] = {}
+        self.levels: set[str] = set()
+        self.actions: dict[str, int] = {}
+
+    def add(self, kind: str, name: str, item: Any, weight: float, count: int, found: list[str]) -> None:
+        """One scan's `count` matches (`found`: the words its first ones matched)."""
+        if kind in ("pattern", "literal"):
+            total, words = self.totals.setdefault(name, ([0.0], []))
+            total[0] += weight * count
+            words.extend(found)
+        elif kind == "level":
+            if name in ("advanced", "intermediate"):
+                self.levels.add(name)
+        elif name in ("actionable", "historical"):
+            self.actions[name] = count
+
+
+def _findall_value(match: Any, groups: int) -> str:
+    """What `findall` gives for a match: the match, or its first group."""
+    return str(match.group()) if not groups else str(match.group(1) or "")
+
+
 def classify_text(text: str, tokens: int, tables: Tables) -> dict[str, Any]:
     """Labels for one text: type, confidence, keywords, technical level, actionability, language."""
-    per_100 = 100.0 / max(tokens, 20)
-    scores: dict[str, float] = {}
-    keywords: dict[str, list[str]] = {}
+    tally = _Tally()
     han = _HAN.search(text) is not None
-    totals: dict[str, tuple[list[float], list[str]]] = {}
-    level_found: set[str] = set()
-    action_hits: dict[str, int] = {}
     for index in sorted(tables.prefilter.possible(text, han)):
         kind, name, item, weight = tables.scans[index]
         if kind == "pattern":
             matches = item.findall(text)
             if matches:
-                total, found = totals.setdefault(name, ([0.0], []))
-                total[0] += weight * len(matches)
-                found.extend(m if isinstance(m, str) else m[0] for m in matches[:3])
+                tally.add(kind, name, item, weight, len(matches),
+                          [m if isinstance(m, str) else m[0] for m in matches[:3]])
         elif kind == "literal":
             hits = text.count(item) if han else 0
             if hits:
-                total, found = totals.setdefault(name, ([0.0], []))
-                total[0] += weight * hits
-                found.append(item)
+                tally.add(kind, name, item, weight, hits, [item])
         elif kind == "level":
             if name in ("advanced", "intermediate") and item.search(text):
-                level_found.add(name)
+                tally.add(kind, name, item, weight, 1, [])
         elif name in ("actionable", "historical"):
-            action_hits[name] = len(item.findall(text))
-    for name, (total, found) in totals.items():  # in table order: scans are indexed type by type
-        if total[0]:
-            scores[name] = total[0] * per_100
-            keywords[name] = sorted({k.strip().lower() for k in found if len(k.strip()) > 1})[:8]
-    best = max(scores, key=lambda k: scores[k]) if scores else "general"
-    if best != "general" and scores[best] < tables.min_score:
-        best = "general"
-    ranked = sorted(scores.values(), reverse=True)
-    if best == "general":
-        confidence = 0.5
-    else:
-        margin = (ranked[0] - (ranked[1] if len(ranked) > 1 else 0.0)) / ranked[0]
-        confidence = round(0.4 + 0.3 * margin + 0.3 * min(1.0, ranked[0] / 20), 3)
-    level = ("advanced" if "advanced" in level_found
-             else "intermediate" if "intermediate" in level_found else "basic")
+            tally.add(kind, name, item, weight, len(item.findall(text)), [])
+    return _labels(text, tokens, tables, tally)
+
+
+def classify_texts(texts: Sequence[str], tokens: Sequence[int], tables: Tables) -> list[dict[str, Any]]:
+    """`classify_text` of each text, from one run of the tables over them all
+    (`compactor.text.prefilter.Scanner`)."""
+    tallies: dict[int, _Tally] = {}
+    han: dict[int, bool] = {}
+    for (kind, name, item, weight), hits in zip(tables.scans, tables.scanner.run(texts), strict=True):
+        if not hits or (kind == "level" and name not in ("advanced", "intermediate")) or \
+                (kind == "action" and name not in ("actionable", "historical")):
+            continue
+        groups = item.groups if kind == "pattern" else 0
+        at, size = 0, len(hits)
+        while at < size:  # the hits of one text at a time
+            i = hits[at][0]
+            end = at + 1
+            while end < size and hits[end][0] == i:
+                end += 1
+            if kind != "literal" or han.setdefault(i, _HAN.search(texts[i]) is not None):
+                found = [item] if kind == "literal" else [] if kind != "pattern" else \
+                    [_findall_value(hit[3], groups) for hit in hits[at:min(end, at + 3)]]
+                tally = tallies.get(i)
+                if tally is None:
+                    tally = tallies[i] = _Tally()
+                tally.add(kind, name, item, weight, end - at, found)
+            at = end
+    return [_labels(text, tokens[i], tables, tallies.get(i)) for i, text in enumerate(texts)]
+
+
+_PLAIN = {"type": "general", "confidence": 0.5, "keywords": [], "type_scores": {},
+          "technical_level": "basic", "actionability": "informational"}
+
+
+def _labels(text: str, tokens: int, tables: Tables, tally: _Tally | None) -> dict[str, Any]:
+    """The labels of a text from what its scans found."""
+    # an ASCII text holds no CJK character: English, as `detect_lang` finds
+    language = "en" if text.isascii() else detect_lang(text)
+    if tally is None:
+        return {**_PLAIN, "keywords": [], "type_scores": {}, "language": language}
+    scores: dict[str, float] = {}
+    keywords: dict[str, list[str]] = {}
+    best, confidence = "general", 0.5
+    if tally.totals:
+        per_100 = 100.0 / max(tokens, 20)
+        for name, (total, found) in tally.totals.items():  # in table order: scans are indexed type by type
+            if total[0]:
+                scores[name] = total[0] * per_100
+                keywords[name] = sorted({k.strip().lower() for k in found if len(k.strip()) > 1})[:8]
+        if scores:
+            best = max(scores, key=lambda k: scores[k])
+            if best == "general" or scores[best] < tables.min_score:
+                best = "general"
+            else:
+                ranked = sorted(scores.values(), reverse=True)
+                margin = (ranked[0] - (ranked[1] if len(ranked) > 1 else 0.0)) / ranked[0]
+                confidence = round(0.4 + 0.3 * margin + 0.3 * min(1.0, ranked[0] / 20), 3)
+    level = ("advanced" if "advanced" in tally.levels
+             else "intermediate" if "intermediate" in tally.levels else "basic")
+    action_hits = tally.actions
     if action_hits.get("actionable", 0) > action_hits.get("historical", 0):
         actionability = "actionable"
     elif action_hits.get("historical", 0):
@@ -160,7 +232,7 @@ def classify_text(text: str, tokens: int, tables: Tables) -> dict[str, Any]:
         "type_scores": {k: round(v, 3) for k, v in sorted(scores.items())},
         "technical_level": level,
         "actionability": actionability,
-        "language": detect_lang(text),
+        "language": language,
     }
 
 
@@ -180,7 +252,10 @@ class RuleClassifier(Component):
 
     @hookimpl
     def compactor_classify(self, context: Context, run: Run) -> dict[str, dict[str, Any]]:
-        labels = {c.id: classify_text(c.text, c.tokens, self.tables) for c in context.chunks}
+        chunks = context.chunks
+        labels = dict(zip((c.id for c in chunks),
+                          classify_texts([c.text for c in chunks], [c.tokens for c in chunks], self.tables),
+                          strict=True))
         counts: dict[str, int] = {}
         for item in labels.values():
             counts[item["type"]] = counts.get(item["type"], 0) + 1
@@ -269,10 +344,48 @@ def scan(text: str, rules: Sequence[tuple[str, float, regex.Pattern[str]]] | Non
     """The injection finding for a text (score, rule names, matched snippets), or None. The rules
     read the text's skeleton (`compactor.text.confusables`: no invisible characters, look-alike
     letters folded), so "Ig\u200bnore" and a Cyrillic "а" hide nothing; snippets are original text."""
+    return _finding(text, _rule_hits(text, rules))
+
+
+def scan_texts(texts: Sequence[str], rules: Sequence[tuple[str, float, regex.Pattern[str]]] | None = None,
+               scanner: Scanner | None = None) -> list[dict[str, Any] | None]:
+    """`scan` of each text, from one run of the rules over all their skeletons
+    (`compactor.text.prefilter.Scanner`; `scanner`: the rules', when the caller keeps it)."""
+    table = tuple(rules) if rules is not None else load_rules()
+    skeletons = [skeleton(t) if has_special(t) else None for t in texts]
+    read = [t if k is None else k.text for t, k in zip(texts, skeletons, strict=True)]
+    found = (scanner or rule_scanner(table)).run(read)
+    per_text: dict[int, list[tuple[str, float, list[tuple[int, int]]]]] = {}
+    for (name, weight, _), hits in zip(table, found, strict=True):
+        at = 0
+        while at < len(hits):
+            i = hits[at][0]
+            spans = []
+            while at < len(hits) and hits[at][0] == i:
+                a, b = hits[at][1], hits[at][2]
+                skeleton_of = skeletons[i]
+                spans.append((a, b) if skeleton_of is None else skeleton_of.span(a, b))
+                at += 1
+            per_text.setdefault(i, []).append((name, weight, spans))
+    return [_finding(texts[i], per_text[i]) if i in per_text else None for i in range(len(texts))]
+
+
+@functools.lru_cache(maxsize=8)
+def rule_scanner(rules: tuple[tuple[str, float, regex.Pattern[str]], ...]) -> Scanner:
+    """The rules' scanner: `compactor.text.instructions`' rules, when the table ends with them, run
+    only on the texts holding their cue words, as `_possible` has them."""
+    _, own = _plan(rules)
+    return Scanner([pattern for _, _, pattern in rules],
+                   {own + i: instructions.cue_sets(i) for i in range(len(rules) - own)})
+
+
+def _finding(text: str, rule_hits: Iterable[tuple[str, float, list[tuple[int, int]]]],
+             ) -> dict[str, Any] | None:
+    """The finding from each rule's matches in `text` (offsets), in table order."""
     score = 0.0
     hit: list[str] = []
     matches: list[str] = []
-    for name, weight, spans in _rule_hits(text, rules):
+    for name, weight, spans in rule_hits:
         found = [text[a:b].strip() for a, b in spans]
         if found:
             score += weight * min(len(found), 2)
@@ -339,12 +452,14 @@ class InjectionClassifier(Component):
 
     def __post_init__(self) -> None:
         self.rule_table = load_rules(self.rules)
+        self.scanner = rule_scanner(self.rule_table)
 
     @hookimpl
     def compactor_classify(self, context: Context, run: Run) -> dict[str, dict[str, Any]]:
         labels: dict[str, dict[str, Any]] = {}
-        for chunk in context.chunks:
-            finding = scan(chunk.text, self.rule_table)
+        chunks = context.chunks
+        findings = scan_texts([c.text for c in chunks], self.rule_table, self.scanner)
+        for chunk, finding in zip(chunks, findings, strict=True):
             if finding and finding["score"] >= self.threshold:
                 spans = [[chunk.start + a, chunk.start + b]
                          for a, b in injected_spans(chunk.text, self.rule_table)]

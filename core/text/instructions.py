@@ -425,6 +425,12 @@ def _cue_index() -> tuple[dict[str, frozenset[Group]], tuple[tuple[str, frozense
             groups)
 
 
+def cue_sets(index: int) -> tuple[frozenset[str], ...]:
+    """The cue groups of rule `index`: a text it may match holds one of each group (an English cue
+    as a whole word of its lower-cased form, a Chinese one anywhere); `candidates` of a text."""
+    return tuple(frozenset(group.split()) for group in CUES[index].split(" / "))
+
+
 def candidates(text: str) -> set[int]:
     """The indices of the rules that can match skeleton text `text` (a cue word of each of their
     groups is there)."""

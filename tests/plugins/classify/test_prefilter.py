@@ -3,6 +3,7 @@ on custom tables; the prefilter never skips a pattern that matches."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from collections.abc import Iterator, Mapping
@@ -16,9 +17,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactor import Pipeline
-from compactor.plugins.classify import classify_text, load_tables
+from compactor.plugins.classify import classify_text, classify_texts, load_tables
 from compactor.plugins.clean import normalize_text
-from compactor.text.prefilter import _LOWER_UNSAFE, Prefilter, required_literals
+from compactor.text import prefilter
+from compactor.text.prefilter import (
+    _LOWER_UNSAFE,
+    _WHITESPACE,
+    LINE_START,
+    SEPARATOR,
+    Prefilter,
+    Scanner,
+    anchors,
+    required_literals,
+    seal,
+)
 from compactor.text.sentences import detect_lang
 
 from ...helpers import EVAL, REPO
@@ -144,6 +156,13 @@ def test_labels_equal_the_full_scan_on_real_text() -> None:
         assert classify_text(chunk.text, chunk.tokens, tables) == expected, chunk.text
         types.add(expected["type"])
     assert len(types) >= 5  # the comparison covered most types, not just "general"
+    # all at once (one scan of the joined texts), and in runs of a few
+    expected_all = [classify_text(c.text, c.tokens, tables) for c in chunks]
+    assert classify_texts([c.text for c in chunks], [c.tokens for c in chunks], tables) == expected_all
+    for at in range(0, len(chunks), 37):
+        part = chunks[at:at + 37]
+        labels = classify_texts([c.text for c in part], [c.tokens for c in part], tables)
+        assert labels == expected_all[at:at + 37]
 
 
 CUSTOM = r"""
@@ -185,6 +204,9 @@ def test_custom_tables_keep_their_labels(tmp_path: Path) -> None:
         assert classify_text(text, 30, tables) == expected, text
     assert classify_text(CUSTOM_TEXTS[0], 30, tables)["type"] == "billing"
     assert classify_text(CUSTOM_TEXTS[1], 30, tables)["type"] == "travel"
+    # all at once, as the step labels its chunks
+    assert classify_texts(CUSTOM_TEXTS, [30] * len(CUSTOM_TEXTS), tables) == \
+        [classify_text(text, 30, tables) for text in CUSTOM_TEXTS]
 
 
 def test_the_pipeline_step_takes_a_custom_table(tmp_path: Path) -> None:
@@ -215,7 +237,9 @@ def test_the_pipeline_step_takes_a_custom_table(tmp_path: Path) -> None:
     (r"(?i)abc", False, None),  # inline flags: not modelled
     (r"(?:ab){e<=1}", False, None),  # fuzzy matching: not modelled
     (r"(a)\1", False, None),  # back reference
-    (r"café", True, None),  # case rules beyond ASCII and Han: not modelled
+    (r"café", True, {"caf"}),  # case rules beyond ASCII and Han are not modelled: the rest is used
+    (r"naïve|über", True, {"na", "ber"}),
+    (r"éé|ab", True, None),  # nothing left of "éé"
     (r"x*", False, None),
 ])
 def test_required_literals(pattern: str, ignorecase: bool, expected: set[str] | None) -> None:
@@ -286,3 +310,133 @@ def test_lower_case_matches_regex_case_folding_for_ascii_and_han() -> None:
     for ch in literal_chars:
         for other in map(chr, get_all_cases(flags, ord(ch))):
             assert other.lower() == ch.lower() or other in _LOWER_UNSAFE, (ch, other)
+
+
+# --- many texts in one pass -------------------------------------------------------------------------
+
+SCAN_ATOMS = [*ATOMS, r"\W", r"\S", r"\D", "[^a]", r"[^\n]", r"\A", r"\Z", "\n", r"\n", r"\p{Han}", "中",
+              "(?<!a)", "(?<=\\s)", "(?=\\s)", "(?!b)", r"[\s-]", "{", "}", "a{x}"]
+
+
+@st.composite
+def scan_patterns(draw: st.DrawFn, depth: int = 0) -> str:
+    parts = []
+    for _ in range(draw(st.integers(1, 4))):
+        if depth < 2 and draw(st.booleans()) and draw(st.booleans()):
+            inner = "|".join(draw(st.lists(scan_patterns(depth + 1), min_size=1, max_size=3)))
+            atom = draw(st.sampled_from(["(?:{})", "({})", "(?>{})"])).format(inner)
+        else:
+            atom = draw(st.sampled_from(SCAN_ATOMS))
+        zero_width = atom in (r"\b", "^", "$", r"\A", r"\Z") or atom.startswith(("(?=", "(?<", "(?!"))
+        parts.append(atom + ("" if zero_width else draw(st.sampled_from(QUANTIFIERS))))
+    return "".join(parts)
+
+
+def each_alone(item: regex.Pattern[str] | str, texts: list[str]) -> list[tuple[int, int, int, Any]]:
+    """What a scan of each text alone finds: `finditer` (groups too), or `str.count`'s occurrences."""
+    found: list[tuple[int, int, int, Any]] = []
+    for i, text in enumerate(texts):
+        if isinstance(item, str):
+            at = text.find(item) if item else -1
+            while at >= 0:
+                found.append((i, at, at + len(item), None))
+                at = text.find(item, at + len(item))
+        else:
+            found += [(i, m.start(), m.end(), m.groups()) for m in item.finditer(text)]
+    return found
+
+
+def scanned(hits: list[tuple[int, int, int, Any]]) -> list[tuple[int, int, int, Any]]:
+    return [(i, a, b, None if m is None else m.groups()) for i, a, b, m in hits]
+
+
+@contextlib.contextmanager
+def literal_finder(kind: str) -> Iterator[bool]:
+    """Scanners built inside find literals with `str.find` scans ("find"), pyahocorasick's automaton
+    ("automaton") or the stdlib trie ("trie"); yields False when that one is not installed."""
+    saved = prefilter._FEW, prefilter.ahocorasick
+    try:
+        prefilter._FEW = 1 << 30 if kind == "find" else 0
+        if kind == "trie":
+            prefilter.ahocorasick = None
+        yield kind != "automaton" or prefilter.ahocorasick is not None
+    finally:
+        prefilter._FEW, prefilter.ahocorasick = saved
+
+
+FINDERS = ["find", "automaton", "trie"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(scan_patterns(), st.sampled_from([0, regex.IGNORECASE, regex.MULTILINE,
+                                         regex.IGNORECASE | regex.MULTILINE, regex.DOTALL]),
+       st.lists(st.text(alphabet="aAbBcCsSiIxX ?()-é\n\tİıſ12中_", max_size=14), min_size=1, max_size=8))
+def test_the_scanner_finds_what_each_text_alone_finds(pattern: str, flags: int, texts: list[str]) -> None:
+    try:
+        compiled = regex.compile(pattern, flags)
+    except regex.error:
+        return
+    items: list[regex.Pattern[str] | str] = [compiled, "ab", "A", "中"]
+    scanners = []
+    for kind in FINDERS:
+        with literal_finder(kind) as available:
+            if available:
+                scanners += [Scanner(items), Scanner(items, {0: [{"ab", "b"}, {"x", "中"}]})]
+    for scanner in scanners:
+        found = scanner.run(texts)
+        for item, hits in zip(items[1:], found[1:], strict=True):
+            assert scanned(hits) == each_alone(item, texts), (item, texts)
+        if scanner.plans[0].cued:  # only the texts holding "ab" or "b" as a word, and "x" or "中"
+            words = [set(regex.findall("[a-z]+", t.lower())) for t in texts]
+            held = [i for i, w in enumerate(words) if w & {"ab", "b"} and ("x" in w or "中" in texts[i])]
+            expected = [hit for hit in each_alone(compiled, texts) if hit[0] in held]
+        else:
+            expected = each_alone(compiled, texts)
+        assert scanned(found[0]) == expected, (pattern, flags, texts)
+
+
+@pytest.mark.parametrize("kind", FINDERS)
+def test_the_scanner_keeps_texts_apart_with_each_literal_finder(kind: str) -> None:
+    texts = ["Error: x", "    code", "y\n    indented", "a\x00b", "İnvoice ready", "last week was",
+             "中文的错误"]
+    patterns = [regex.compile(p, regex.IGNORECASE | regex.MULTILINE) for p in
+                (r"^\s{4}\S", r"\b\w+(?:Error|Exception)\b", r"x$|^y", r"[^:]+$", r"\b(?:was|last week)\b",
+                 r"(?<=\s)\w", r"错误|invoice", r"\W\S")]
+    with literal_finder(kind) as available:
+        if not available:
+            pytest.skip("pyahocorasick is not installed")
+        scanner = Scanner(patterns)
+    for chosen in (texts, texts[:3], [t for t in texts if "\x00" not in t], texts[4:]):
+        for pattern, hits in zip(patterns, scanner.run(chosen), strict=True):
+            assert scanned(hits) == each_alone(pattern, chosen), (pattern.pattern, chosen)
+
+
+@pytest.mark.parametrize(("pattern", "text"), [
+    (r"^x", "ax\nx"), (r"x$", "x\nx"), (r".+", "ab\ncd"), (r"[^a]+", "bb"), (r"\W+", "a  b"),
+    (r"\S+\s*", "ab "), (r"\D+", "ab1"), (r"\P{Han}+", "ab中"), (r"\Ax|x\Z", "xax"),
+])
+def test_a_sealed_pattern_finds_what_the_pattern_finds(pattern: str, text: str) -> None:
+    compiled = regex.compile(pattern, regex.MULTILINE)
+    sealed = seal(compiled)
+    assert sealed is not None
+    joined = SEPARATOR.join([text, text])
+    halves = [m.span() for m in sealed.finditer(joined) if m.start() < len(text) + 1]
+    assert halves == [m.span() for m in compiled.finditer(text)]
+    assert not any(SEPARATOR in m.group() for m in sealed.finditer(joined))
+
+
+@pytest.mark.parametrize("pattern", [r"(?x) a", r"(a)\1", r"(?:ab){e<=1}", "a\x00b", r"(?i)a"])
+def test_patterns_outside_the_subset_are_not_sealed(pattern: str) -> None:
+    assert seal(regex.compile(pattern)) is None
+
+
+@pytest.mark.parametrize(("pattern", "expected"), [
+    (r"\b(?:api|spec)s?\b", ({"\x00api\x00", "\x00apis\x00", "\x00spec\x00", "\x00specs\x00"}, False)),
+    (r"\bfoo|bar", ({"\x00foo", "bar"}, False)),
+    (r"```|^\s{4}\S", ({"```", *(LINE_START + c for c in _WHITESPACE)}, False)),  # line start, then a space
+    (r"(?:^|\n)\s*x", ({"\n"}, True)),
+    (r"\w+\(", None),
+])
+def test_anchors(pattern: str, expected: tuple[set[str], bool] | None) -> None:
+    found = anchors(pattern, ignorecase=True)
+    assert (None if found is None else (set(found[0]), found[1])) == expected
