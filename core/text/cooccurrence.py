@@ -18,16 +18,19 @@ hold a question term; nothing when the question's terms are everywhere or nowher
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 _COMMON = 0.2  # a question term in more than this share of passages says nothing about topic
 _EXPANSION = 64  # terms kept from the feedback; the long tail is noise
 
 
 def expansion(query: Mapping[str, float], passages: Sequence[Sequence[str]],
-              holders: Mapping[str, Sequence[tuple[int, int]]]) -> dict[str, float]:
+              holders: Mapping[str, Sequence[tuple[int, int]]],
+              df: Callable[[str], int] | None = None) -> dict[str, float]:
     """Terms that keep the question's terms' company, with their weight (the question's own terms
-    excluded). `holders` maps a term to the (passage, count) pairs holding it."""
+    excluded). `holders` maps a term to the (passage, count) pairs holding it; `df`, when given,
+    counts them without listing them (an index's own count)."""
+    count = df or (lambda term: len(holders.get(term, ())))
     n = len(passages)
     if n < 2:
         return {}
@@ -50,17 +53,18 @@ def expansion(query: Mapping[str, float], passages: Sequence[Sequence[str]],
     for u, w in weights.items():
         if u in query:
             continue
-        df = len(holders.get(u, ()))
-        out[u] = (w / total) * math.log(1 + (n - df + 0.5) / (df + 0.5))
+        held = count(u)
+        out[u] = (w / total) * math.log(1 + (n - held + 0.5) / (held + 0.5))
     best = sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))[:_EXPANSION]
     return dict(best)
 
 
 def closeness(query: Mapping[str, float], docs: Sequence[Sequence[str]], passages: Sequence[Sequence[str]],
-              holders: Mapping[str, Sequence[tuple[int, int]]]) -> list[float] | None:
+              holders: Mapping[str, Sequence[tuple[int, int]]],
+              df: Callable[[str], int] | None = None) -> list[float] | None:
     """Closeness in [0, 1] of each document (a term list) to the question through the expansion
     terms, or None when the question has no usable company in these passages."""
-    weights = expansion(query, passages, holders)
+    weights = expansion(query, passages, holders, df)
     if not weights:
         return None
     values = []

@@ -234,10 +234,14 @@ class Bm25:
         avg = (float(lengths.sum()) / n) if n else 1.0
         avg = avg or 1.0
         self._norm = k1 * (1 - b + b * lengths / avg)
-        self.norm = self._norm.tolist()
         self.k1 = k1
         self.df: Callable[[str], float] | None = None
         self._idf: dict[str, float] = {}  # a term's idf is asked for by every hop and the matching
+
+    @property
+    def norm(self) -> list[float]:
+        """Each document's length normalisation, k1 * (1 - b + b * length / average)."""
+        return self._norm.tolist()
 
     def idf(self, term: str) -> float:
         found = self._idf.get(term)
@@ -277,7 +281,7 @@ class TemplateFrequency:
     so the cost is linear in the postings touched. Groups smaller than `min_group` count in full:
     ordinary prose has small chance groups ("N was born in # in N"), which should not move."""
 
-    def __init__(self, texts: Sequence[str], postings: Mapping[str, Sequence[tuple[int, int]]],
+    def __init__(self, texts: Sequence[str], postings: Postings,
                  min_group: int) -> None:
         self._texts = texts
         self._postings = postings
@@ -294,15 +298,15 @@ class TemplateFrequency:
 
     def share(self, term: str) -> float:
         """Template document frequency over plain: 1 when no large group holds the term."""
-        plain = _held(self._postings, term)
+        plain = self._postings.count(term)
         return self(term) / plain if plain else 1.0
 
-    def scaled(self, postings: Mapping[str, Sequence[tuple[int, int]]]) -> Callable[[str], float]:
+    def scaled(self, postings: Postings) -> Callable[[str], float]:
         """Document frequency over other documents of the same chunks (passages): their plain count
         times the term's `share`, so a passage holding a template's copy counts as the copy does."""
 
         def df(term: str) -> float:
-            plain = _held(postings, term)
+            plain = postings.count(term)
             return max(1.0, plain * self.share(term)) if plain else 0.0
 
         return df
@@ -323,11 +327,6 @@ class TemplateFrequency:
             else:
                 sizes[group] += 1
         return alone + sum(1 if size >= self._min_group else size for size in sizes.values())
-
-
-def _held(postings: Mapping[str, Sequence[tuple[int, int]]], term: str) -> int:
-    """Document frequency of a term, without building its postings list when the index can tell."""
-    return postings.count(term) if isinstance(postings, Postings) else len(postings.get(term, ()))
 
 
 def bm25_scores(docs: Sequence[Sequence[str]], query: Sequence[str], k1: float = 1.2,
@@ -484,7 +483,7 @@ def score_chunks(query: str, chunks: Sequence[Chunk], sources: Iterable[Source],
         sent = _fill_unmatched(sent, meaning[0], damp, settings.unmatched)
     elif n and settings.unmatched > 0:
         # Chinese, or no vectors: the company the question's terms keep in this document
-        company = cooc.closeness(q, docs, passage_docs, passage_index.postings)
+        company = cooc.closeness(q, docs, passage_docs, passage_index.postings, passage_index.postings.count)
         if company is not None:
             sent = _fill_unmatched(sent, company, damp, settings.unmatched)
     if meaning is not None and settings.semantic > 0:
